@@ -1,0 +1,62 @@
+"""
+Checkpoints: written atomically, read with weights_only=True, and one loader that every eval
+script uses to turn a checkpoint into a model plus its tokenizer.
+
+A checkpoint is out_dir/ckpt_{step:06d}.pt = {model (state dict, clean keys), model_type,
+model_args, tokenizer (spec), step, config (the whole resolved config)}; every saved step is
+kept (checkpoint averaging needs the last K). The optimizer state of the newest step lives
+beside it in optim_{step:06d}.pt, for resume.
+"""
+
+import glob
+import os
+import re
+from dataclasses import asdict
+
+import torch
+
+from model import Transformer, TransformerConfig
+from tokens import Tokenizer
+
+MODELS = {'transformer': (Transformer, TransformerConfig)}
+
+
+def save(obj, path):
+    """torch.save to a temporary file, then rename: a crash mid-write leaves the old file intact."""
+    tmp = path + '.tmp'
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def load(path, device='cpu'):
+    return torch.load(path, map_location=device, weights_only=True)
+
+
+def steps(out_dir, prefix='ckpt'):
+    """Sorted steps of the {prefix}_{step:06d}.pt files in out_dir."""
+    found = (re.fullmatch(rf'{prefix}_(\d+)\.pt', os.path.basename(p)) for p in glob.glob(os.path.join(out_dir, f'{prefix}_*.pt')))
+    return sorted(int(m.group(1)) for m in found if m)
+
+
+def step_path(out_dir, step, prefix='ckpt'):
+    return os.path.join(out_dir, f'{prefix}_{step:06d}.pt')
+
+
+def model_args(model):
+    return asdict(model.config)
+
+
+def build_model(model_type, args):
+    if model_type not in MODELS:
+        raise ValueError(f"unknown model_type {model_type!r}; choose one of {list(MODELS)}")
+    cls, config_cls = MODELS[model_type]
+    return cls(config_cls(**args))
+
+
+def load_model(ckpt_path, device='cpu', **overrides):
+    """Any checkpoint file -> (model in eval mode, tokenizer, checkpoint dict). `overrides`
+    replace model arguments that do not change the weights (e.g. window, attn_backend)."""
+    ckpt = load(ckpt_path)
+    model = build_model(ckpt['model_type'], {**ckpt['model_args'], **overrides})
+    model.load_state_dict(ckpt['model'])
+    return model.to(device).eval(), Tokenizer(ckpt['tokenizer']), ckpt

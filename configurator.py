@@ -1,0 +1,90 @@
+"""
+nanoGPT's "poor man's configurator", made strict. A script defines its defaults as module
+globals, then calls
+
+    globals().update(configure(globals(), sys.argv[1:]))
+
+Arguments without '--' are config files (plain Python, executed in order); '--key=value'
+overrides follow (value parsed as a Python literal, else taken as a string). Unlike nanoGPT:
+an unknown key, in a file or on the command line, is an error that names it; a value of the
+wrong type is an error (an int is fine for a float, a tuple for a list); a global annotated with
+a type (`window: int | list = 0`) accepts exactly that type. A config file may import another
+(`from configs.scratch import *`).
+"""
+
+import ast
+import difflib
+import types
+import typing
+
+CONFIG_TYPES = (int, float, bool, str, list, tuple, type(None))
+
+
+def config_keys(namespace):
+    """The config keys of a script: its public globals of plain types."""
+    return {k: v for k, v in namespace.items() if not k.startswith('_') and isinstance(v, CONFIG_TYPES)}
+
+
+def _fits(value, t):
+    if t is float:
+        return type(value) in (int, float)
+    if t in (list, tuple):
+        return type(value) in (list, tuple)
+    return type(value) is t
+
+
+def check(key, value, default, annotation=None, where='command line'):
+    """Raise SystemExit with a clear message if value does not fit the key's type."""
+    if annotation is not None:
+        allowed = typing.get_args(annotation) or (annotation,)
+    elif default is None:  # no type to check against
+        return value
+    else:
+        allowed = (type(default),)
+    if any(_fits(value, t) for t in allowed):
+        return value
+    names = ' or '.join(getattr(t, '__name__', str(t)) for t in allowed)
+    raise SystemExit(f"config error ({where}): {key} must be {names}, got {value!r} ({type(value).__name__})")
+
+
+def _unknown(key, known, where):
+    close = difflib.get_close_matches(key, known, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return SystemExit(f"config error ({where}): unknown config key {key!r}{hint}")
+
+
+def configure(namespace, argv, lenient_files=False):
+    """Resolve the config: the script's defaults, then config files, then --key=value. -> dict
+    lenient_files: skip the keys of config files that this script does not have (a bench or an
+    eval reading a training config); unknown keys on the command line are still errors."""
+    config = config_keys(namespace)
+    annotations = namespace.get('__annotations__', {})
+    for arg in argv:
+        if not arg.startswith('--'):  # a config file
+            try:
+                with open(arg) as f:
+                    source = f.read()
+            except OSError as e:
+                raise SystemExit(f"config error: cannot read config file {arg}: {e.strerror}")
+            scope = {'__file__': arg}
+            exec(compile(source, arg, 'exec'), scope)
+            for key, value in scope.items():
+                if key.startswith('_') or isinstance(value, (types.ModuleType, types.FunctionType, type)):
+                    continue
+                if key not in config:
+                    if lenient_files:
+                        continue
+                    raise _unknown(key, config, arg)
+                config[key] = check(key, value, namespace[key], annotations.get(key), arg)
+        else:
+            key, eq, text = arg[2:].partition('=')
+            if not eq:
+                raise SystemExit(f"config error: expected --key=value, got {arg!r}")
+            if key not in config:
+                raise _unknown(key, config, 'command line')
+            try:
+                value = ast.literal_eval(text)
+            except (SyntaxError, ValueError):
+                value = text  # a bare string
+            config[key] = check(key, value, namespace[key], annotations.get(key))
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in config.items()}

@@ -1,0 +1,383 @@
+"""
+The transformer of the paper, in one file: a decoder-only, pre-norm language model with the
+paper's regularizers inline where they act.
+
+- Positional encodings per layer: nope, rope, alibi, nape (NoPE + ALiBi: the first H/2 heads
+  carry an ALiBi bias with slopes 1/h, the others none; deep-spin/asentmax), and learned
+  absolute positions (the classic baseline that does not extrapolate).
+- Attention per layer: full causal or a sliding window of W keys (the current one included).
+- Dropout (dropout.py): pre-norm dropout (PN-D, Eq. 6) in Block.forward; pre-linear dropout
+  (PL-D) and VPAD in Linear.forward, on the input of every projection of a block (q, k, v, o,
+  and the MLP's gate/up/down), each drawing its own mask; attention dropout on the attention
+  probabilities.
+- Long inputs: a KV cache (trimmed to the window on sliding-window layers) with chunked
+  prefill, for per-position losses and greedy generation that never build T x T or T x vocab.
+"""
+
+import functools
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from dropout import pre_linear, pre_norm
+
+try:  # FlexAttention: fused ALiBi and sliding windows on CUDA (forward only on CPU)
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+except ImportError:  # older torch
+    flex_attention = None
+
+POS_ENCODINGS = ('nope', 'rope', 'alibi', 'nape', 'learned')
+
+
+@dataclass
+class TransformerConfig:
+    vocab_size: int = 50304
+    block_size: int = 2048  # training context length; only the learned positions depend on it
+    n_layer: int = 12
+    n_head: int = 12
+    n_kv_head: int | None = None  # grouped-query attention; None = n_head
+    n_embd: int = 768
+    head_dim: int | None = None  # None = n_embd // n_head
+    ffn_dim: int | None = None  # None = 4 * n_embd
+    mlp: str = 'gelu'  # 'gelu' or 'swiglu'
+    norm: str = 'rmsnorm'  # 'rmsnorm' or 'layernorm'
+    norm_eps: float = 1e-5
+    bias: bool = False  # biases in the linear layers (and the LayerNorms)
+    tie_embeddings: bool = True
+    pos_encoding: str | list = 'nape'  # one of POS_ENCODINGS, or a list with one per layer
+    window: int | list = 0  # sliding window in keys (0 = full attention), or a list with one per layer
+    rope_theta: float = 10000.0
+    nape_slopes: str = 'linear'  # NAPE's ALiBi slopes: 'linear' (1/h) or 'exp' (1/2^(h-1))
+    dropout: float = 0.0  # p of the dropout at the dropout_type's sites
+    dropout_type: str = 'none'  # 'none', 'pre_norm' (PN-D), 'pre_linear' (PL-D) or 'vpad'
+    vpad_variant: str = 'A'  # VPAD reconstruction: A (per token, default), B, C, D (dropout.py)
+    attn_dropout: float = 0.0  # dropout on the attention probabilities
+    attn_backend: str = 'auto'  # 'auto' (flex on CUDA where it helps, else sdpa), 'sdpa' or 'flex'
+
+    def __post_init__(self):
+        L = self.n_layer
+        for name in ('pos_encoding', 'window'):
+            value = getattr(self, name)
+            if isinstance(value, (list, tuple)):
+                if len(value) != L:
+                    raise ValueError(f"{name} has {len(value)} entries but n_layer = {L}")
+                setattr(self, name, list(value))
+        for p in self.layer_pos_encodings():
+            if p not in POS_ENCODINGS:
+                raise ValueError(f"unknown pos_encoding {p!r}; choose one of {POS_ENCODINGS}")
+        if 'learned' in self.layer_pos_encodings() and self.pos_encoding != 'learned':
+            raise ValueError("learned positions are added to the embeddings: use pos_encoding='learned' for all layers")
+        if any(w < 0 for w in self.layer_windows()):
+            raise ValueError(f"window must be >= 0 (0 = full attention), got {self.window}")
+        if self.mlp not in ('gelu', 'swiglu') or self.norm not in ('rmsnorm', 'layernorm'):
+            raise ValueError(f"mlp must be 'gelu' or 'swiglu' and norm 'rmsnorm' or 'layernorm', got {self.mlp!r}, {self.norm!r}")
+        if self.n_head % (self.n_kv_head or self.n_head):
+            raise ValueError(f"n_head ({self.n_head}) must be a multiple of n_kv_head ({self.n_kv_head})")
+        if self.attn_backend not in ('auto', 'sdpa', 'flex'):
+            raise ValueError(f"attn_backend must be 'auto', 'sdpa' or 'flex', got {self.attn_backend!r}")
+
+    def layer_pos_encodings(self):
+        p = self.pos_encoding
+        return list(p) if isinstance(p, list) else [p] * self.n_layer
+
+    def layer_windows(self):
+        w = self.window
+        return list(w) if isinstance(w, list) else [w] * self.n_layer
+
+
+# -----------------------------------------------------------------------------
+# positions
+
+def alibi_slopes(n_head, pos_encoding, nape_slopes='linear'):
+    """Per-head slope m_h of the bias -m_h * (i - j); 0 for heads without ALiBi. (n_head,)"""
+    if pos_encoding == 'nape':  # first H/2 heads ALiBi, the rest NoPE (deep-spin/asentmax get_nape_slopes)
+        h = torch.arange(1, n_head // 2 + 1, dtype=torch.float32)
+        s = 1.0 / h if nape_slopes == 'linear' else 2.0 ** -(h - 1)
+        return torch.cat([s, torch.zeros(n_head - n_head // 2)])
+    # plain ALiBi (Press et al. 2022): geometric slopes 2^(-8h/n); interleaved for non-powers of two
+    def geometric(n):
+        return [2.0 ** (-8.0 * (i + 1) / n) for i in range(n)]
+    n = 2 ** math.floor(math.log2(n_head))
+    slopes = geometric(n) + geometric(2 * n)[0::2][:n_head - n]
+    return torch.tensor(slopes)
+
+
+def rope_cos_sin(start, T, head_dim, theta, device):
+    """cos and sin of the rotary angles of positions start..start+T-1, in float32. (T, head_dim) each"""
+    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64, device=device).float() / head_dim)
+    pos = torch.arange(start, start + T, device=device, dtype=torch.float32)
+    freqs = pos[:, None] * inv_freq[None, :]  # (T, head_dim/2)
+    emb = torch.cat([freqs, freqs], dim=-1)  # rotate-half convention (Llama, SmolLM3 in transformers)
+    return emb.cos(), emb.sin()
+
+
+def apply_rope(x, cos, sin):
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos.to(x.dtype) + torch.cat([-x2, x1], dim=-1) * sin.to(x.dtype)
+
+
+# -----------------------------------------------------------------------------
+# attention
+
+def attention(q, k, v, q_start, k_start, slopes=None, window=0, dropout_p=0.0, backend='sdpa'):
+    """Causal attention of queries at absolute positions q_start.. over keys at k_start..,
+    with the ALiBi bias -slopes[h] * (i - j) (slopes None: no bias) and, if window > 0, only
+    the last `window` keys (the query's own included).
+    q (B, H, Tq, hd), k and v (B, Hkv, Tk, hd) -> (B, H, Tq, hd)"""
+    Tq, Tk = q.size(2), k.size(2)
+    gqa = q.size(1) != k.size(1)
+    if backend == 'flex':
+        return flex(q, k, v, q_start - k_start, slopes, window)
+    if slopes is None and not window and q_start == k_start and Tq == Tk:  # lets SDPA pick a flash kernel
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p, enable_gqa=gqa)
+    # explicit mask: fine at training lengths and for query chunks of a long input
+    dist = torch.arange(q_start, q_start + Tq, device=q.device)[:, None] - torch.arange(k_start, k_start + Tk, device=q.device)
+    allowed = (dist >= 0) & (dist < window) if window else dist >= 0  # (Tq, Tk)
+    if slopes is None:
+        mask = allowed
+    else:
+        mask = (-slopes[:, None, None] * dist).masked_fill(~allowed, float('-inf')).to(q.dtype)  # (H, Tq, Tk)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, enable_gqa=gqa)
+
+
+def flex(q, k, v, offset, slopes=None, window=0):
+    """The same attention with FlexAttention (query i sits at key index i + offset): a block
+    mask for causality and the window, a score_mod for ALiBi. Fused only when compiled (CUDA)."""
+    score_mod = None
+    if slopes is not None:
+        def score_mod(score, b, h, qi, ki):  # -m_h * distance, up to the offset's row constant, which softmax ignores
+            return score - slopes[h] * (qi - ki)
+    fn = _compiled_flex() if q.is_cuda else flex_attention
+    return fn(q, k, v, score_mod=score_mod, block_mask=block_mask(q.size(2), k.size(2), offset, window, q.device),
+              enable_gqa=q.size(1) != k.size(1))
+
+
+@functools.lru_cache(maxsize=16)
+def block_mask(Tq, Tk, offset, window, device):
+    """Causal (and windowed) block mask, built once per shape and offset (every layer and step reuses it)."""
+    offset_t = torch.tensor(offset, device=device)
+
+    def mask_mod(b, h, qi, ki):
+        d = qi + offset_t - ki
+        return (d >= 0) & (d < window) if window else d >= 0
+    return create_block_mask(mask_mod, None, None, Tq, Tk, device=device, _compile=device.type == 'cuda')
+
+
+@functools.lru_cache(maxsize=1)
+def _compiled_flex():
+    return torch.compile(flex_attention, dynamic=False)
+
+
+class KVCache:
+    """Keys and values of every layer for chunked prefill and decoding. Sliding-window layers
+    keep only their last W-1 positions, so a long prompt costs them O(W) memory."""
+
+    def __init__(self):
+        self.pos = 0  # number of tokens processed so far
+        self.k, self.v = {}, {}
+
+    def update(self, i, k, v, window):
+        """Append k, v (B, Hkv, T, hd) to layer i; return all keys and values the new queries
+        may see, and the absolute position of the first one."""
+        k_start = self.pos  # the new keys start at the current position, after those kept before
+        if i in self.k:
+            k_start -= self.k[i].size(2)
+            k, v = torch.cat([self.k[i], k], dim=2), torch.cat([self.v[i], v], dim=2)
+        keep = min(window - 1, k.size(2)) if window else k.size(2)
+        self.k[i], self.v[i] = k[:, :, k.size(2) - keep:], v[:, :, v.size(2) - keep:]
+        return k, v, k_start
+
+
+# -----------------------------------------------------------------------------
+# the network
+
+class Linear(nn.Linear):
+    """A projection of a block, with the pre-linear site on its input (Fig. 2, right):
+    identity, PL-D (inverted dropout) or VPAD, an independent mask per projection."""
+
+    def __init__(self, in_features, out_features, config):
+        super().__init__(in_features, out_features, bias=config.bias)
+        self.pre_linear = pre_linear(config.dropout_type, config.dropout, config.vpad_variant)
+
+    def forward(self, x):
+        return F.linear(self.pre_linear(x), self.weight, self.bias)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim, eps):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        # normalise in float32, cast back, then scale (as Llama and SmolLM3 do)
+        y = x.float()
+        y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * y.to(x.dtype)
+
+
+def Norm(config):
+    if config.norm == 'rmsnorm':
+        return RMSNorm(config.n_embd, config.norm_eps)
+    return nn.LayerNorm(config.n_embd, eps=config.norm_eps, bias=config.bias)
+
+
+class Attention(nn.Module):
+    def __init__(self, config, layer_idx):
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.n_head = config.n_head
+        self.n_kv_head = config.n_kv_head or config.n_head
+        self.head_dim = config.head_dim or config.n_embd // config.n_head
+        self.q_proj = Linear(config.n_embd, self.n_head * self.head_dim, config)
+        self.k_proj = Linear(config.n_embd, self.n_kv_head * self.head_dim, config)
+        self.v_proj = Linear(config.n_embd, self.n_kv_head * self.head_dim, config)
+        self.o_proj = Linear(self.n_head * self.head_dim, config.n_embd, config)
+        self.pos_encoding = config.layer_pos_encodings()[layer_idx]
+        self.window = config.layer_windows()[layer_idx]
+        self.attn_dropout = config.attn_dropout
+        self.backend = config.attn_backend
+        slopes = alibi_slopes(self.n_head, self.pos_encoding, config.nape_slopes) if self.pos_encoding in ('alibi', 'nape') else None
+        self.register_buffer('slopes', slopes, persistent=False)
+
+    def forward(self, x, rope=None, cache=None):
+        B, T, _ = x.shape
+        q = self.q_proj(x).view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, hd)
+        k = self.k_proj(x).view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)  # (B, Hkv, T, hd)
+        v = self.v_proj(x).view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)  # (B, Hkv, T, hd)
+        if self.pos_encoding == 'rope':
+            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        q_start = k_start = 0 if cache is None else cache.pos
+        if cache is not None:
+            k, v, k_start = cache.update(self.layer_idx, k, v, self.window)
+        dropout_p = self.attn_dropout if self.training else 0.0
+        y = attention(q, k, v, q_start, k_start, self.slopes, self.window, dropout_p, self._backend(q, dropout_p))
+        y = y.transpose(1, 2).reshape(B, T, self.n_head * self.head_dim)  # (B, T, H*hd)
+        return self.o_proj(y)
+
+    def _backend(self, q, dropout_p):
+        if self.backend != 'auto':
+            return self.backend
+        # flex fuses ALiBi and windows on CUDA; it has no attention dropout
+        needs_mask = self.slopes is not None or self.window
+        return 'flex' if q.is_cuda and needs_mask and dropout_p == 0 and flex_attention is not None else 'sdpa'
+
+
+class MLP(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        ffn_dim = config.ffn_dim or 4 * config.n_embd
+        self.swiglu = config.mlp == 'swiglu'
+        if self.swiglu:
+            self.gate_proj = Linear(config.n_embd, ffn_dim, config)
+        self.up_proj = Linear(config.n_embd, ffn_dim, config)
+        self.down_proj = Linear(ffn_dim, config.n_embd, config)
+
+    def forward(self, x):
+        h = F.silu(self.gate_proj(x)) * self.up_proj(x) if self.swiglu else F.gelu(self.up_proj(x))
+        return self.down_proj(h)
+
+
+class Block(nn.Module):
+    def __init__(self, config, layer_idx):
+        super().__init__()
+        self.norm1 = Norm(config)
+        self.attn = Attention(config, layer_idx)
+        self.norm2 = Norm(config)
+        self.mlp = MLP(config)
+        self.pre_norm = pre_norm(config.dropout_type, config.dropout)  # the PN-D site
+
+    def forward(self, x, rope=None, cache=None):
+        # PN-D (Eq. 6): r_{l+1} = r_l + Dropout(u_l). The dropped sublayer output joins the
+        # residual stream and so reaches the next norm: a bias at test time, not only noise.
+        x = x + self.pre_norm(self.attn(self.norm1(x), rope, cache))
+        x = x + self.pre_norm(self.mlp(self.norm2(x)))
+        return x
+
+
+class Transformer(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
+        self.wpe = nn.Embedding(config.block_size, config.n_embd) if config.pos_encoding == 'learned' else None
+        self.layers = nn.ModuleList([Block(config, i) for i in range(config.n_layer)])
+        self.norm_f = Norm(config)
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        if config.tie_embeddings:
+            self.lm_head.weight = self.wte.weight
+        self.head_dim = config.head_dim or config.n_embd // config.n_head
+        self.uses_rope = 'rope' in config.layer_pos_encodings()
+        # init as GPT-2: N(0, 0.02), the projections into the residual stream scaled by 1/sqrt(2L)
+        for name, p in self.named_parameters():
+            if name.endswith('bias'):
+                nn.init.zeros_(p)
+            elif p.dim() == 2:
+                std = 0.02 / math.sqrt(2 * config.n_layer) if name.endswith(('o_proj.weight', 'down_proj.weight')) else 0.02
+                nn.init.normal_(p, mean=0.0, std=std)
+
+    def num_params(self, non_embedding=True):
+        n = sum(p.numel() for p in self.parameters())
+        if non_embedding:
+            n -= self.wte.weight.numel() + (self.wpe.weight.numel() if self.wpe is not None else 0)
+            if not self.config.tie_embeddings:
+                n -= self.lm_head.weight.numel()
+        return n
+
+    def hidden(self, idx, cache=None):
+        """Final-norm hidden states of idx (B, T), continuing the sequence held in cache. (B, T, C)"""
+        T = idx.size(1)
+        start = 0 if cache is None else cache.pos
+        x = self.wte(idx)  # (B, T, C)
+        if self.wpe is not None:  # beyond block_size the last learned position is reused
+            x = x + self.wpe(torch.arange(start, start + T, device=idx.device).clamp(max=self.config.block_size - 1))
+        rope = rope_cos_sin(start, T, self.head_dim, self.config.rope_theta, idx.device) if self.uses_rope else None
+        for block in self.layers:
+            x = block(x, rope, cache)
+        if cache is not None:
+            cache.pos += T
+        return self.norm_f(x)
+
+    def forward(self, idx, targets=None):
+        x = self.hidden(idx)
+        if targets is None:  # inference: only the last position goes through the head
+            return self.lm_head(x[:, [-1], :]), None
+        logits = self.lm_head(x)  # (B, T, V)
+        loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
+        return logits, loss
+
+    @torch.no_grad()
+    def position_losses(self, idx, targets, chunk_size=1024):
+        """Cross-entropy at every position of a long input (B, T) -> (B, T), computed chunk by
+        chunk through the KV cache: never T x T scores nor T x vocab logits at once."""
+        cache, out = KVCache(), []
+        for s in range(0, idx.size(1), chunk_size):
+            logits = self.lm_head(self.hidden(idx[:, s:s + chunk_size], cache)).float()  # (B, chunk, V)
+            out.append(F.cross_entropy(logits.transpose(1, 2), targets[:, s:s + chunk_size], reduction='none', ignore_index=-1))
+        return torch.cat(out, dim=1)
+
+    @torch.no_grad()
+    def generate(self, idx, max_new_tokens, eos_id=None, chunk_size=1024):
+        """Greedy decoding: chunked prefill of the prompt idx (B, T) into a KV cache, then one
+        token at a time. Stops early once every row has produced eos_id. -> (B, T + new)"""
+        cache = KVCache()
+        for s in range(0, idx.size(1), chunk_size):
+            x = self.hidden(idx[:, s:s + chunk_size], cache)
+        out = [idx]
+        for i in range(max_new_tokens):
+            nxt = self.lm_head(x[:, -1]).argmax(-1, keepdim=True)  # (B, 1)
+            out.append(nxt)
+            if (eos_id is not None and (nxt == eos_id).all()) or i == max_new_tokens - 1:
+                break
+            x = self.hidden(nxt, cache)
+        return torch.cat(out, dim=1)
+
+    def flops_per_token(self, T):
+        """Training FLOPs per token at context T (PaLM appendix B): 6N plus the attention
+        scores, 12 * H * hd * (keys seen) per layer, with the window for sliding layers."""
+        H = self.config.n_head
+        attn = sum(12 * H * self.head_dim * (min(T, w) if w else T) for w in self.config.layer_windows())
+        return 6 * self.num_params() + attn

@@ -1,0 +1,45 @@
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+torch.set_num_threads(2)
+
+from tokens import Tokenizer, write_shard  # noqa: E402
+
+# a tiny model and run for train.py: 2 micro-steps per iteration, 8 iterations
+TINY = ['--device=cpu', '--n_layer=2', '--n_head=4', '--n_embd=32', '--block_size=32', '--batch_size=4',
+        '--tokens_per_batch=256', '--max_tokens=2048', '--learning_rate=3e-3', '--min_lr=3e-4', '--warmup_frac=0.25',
+        '--eval_iters=2', '--eval_lengths=[32, 64]', '--eval_windows=2', '--log_interval=1', '--eval_interval=4',
+        '--ckpt_interval=4']
+
+
+@pytest.fixture(scope='session')
+def tiny_data(tmp_path_factory):
+    """A byte-level dataset of made-up sentences: 40 train and 4 val documents of a few hundred bytes."""
+    d = tmp_path_factory.mktemp('data') / 'tiny' / 'byte'
+    d.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    words = 'the grass is green and the sky is blue while a sun shines over quiet hills'.split()
+    tok = Tokenizer({'kind': 'byte'})
+    docs = [' '.join(rng.choice(words, size=80)) + '.' for _ in range(44)]
+    for split, part in (('train', docs[:40]), ('val', docs[40:])):
+        write_shard(str(d / f'{split}.bin'), [t for doc in part for t in tok.encode(doc) + [tok.eot]], tok.n_vocab)
+    (d / 'meta.json').write_text(json.dumps({'tokenizer': tok.spec, 'vocab_size': tok.n_vocab, 'eot': tok.eot}))
+    return str(d)
+
+
+def run_train(*args, timeout=300):
+    """python train.py *args from the repository root -> CompletedProcess (stdout and stderr as text)."""
+    return subprocess.run([sys.executable, 'train.py', *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def read_log(out_dir, event='train'):
+    with open(os.path.join(out_dir, 'log.jsonl')) as f:
+        return [r for r in map(json.loads, f) if r['event'] == event]

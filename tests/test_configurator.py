@@ -1,0 +1,48 @@
+"""The strict configurator: files, overrides, types, unknown keys."""
+
+import pytest
+
+from configurator import configure
+
+DEFAULTS = {'learning_rate': 6e-4, 'n_layer': 12, 'compile': None, 'name': 'x', 'eval_lengths': [1, 2],
+            'window': 0, 'flag': True, '__annotations__': {'window': int | list, 'compile': bool | None}}
+
+
+def test_files_then_overrides(tmp_path):
+    f = tmp_path / 'c.py'
+    f.write_text("import math\nlearning_rate = 1e-3\nn_layer = 2 * 3\nwindow = [4, 0]\n_private = 1\n")
+    c = configure(dict(DEFAULTS), [str(f), '--n_layer=8', '--learning_rate=1', '--name=hello', '--eval_lengths=(3, 4)',
+                                   '--compile=False'])
+    assert c == {'learning_rate': 1, 'n_layer': 8, 'compile': False, 'name': 'hello', 'eval_lengths': [3, 4],
+                 'window': [4, 0], 'flag': True}
+
+
+def test_a_file_can_import_another(tmp_path, monkeypatch):
+    (tmp_path / 'base.py').write_text("n_layer = 24\nlearning_rate = 1e-4\n")
+    (tmp_path / 'variant.py').write_text("from base import *\nlearning_rate = 2e-4\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    c = configure(dict(DEFAULTS), [str(tmp_path / 'variant.py')])
+    assert (c['n_layer'], c['learning_rate']) == (24, 2e-4)
+
+
+@pytest.mark.parametrize('argv,message', [
+    (['--learning_rat=1e-3'], "unknown config key 'learning_rat' (did you mean 'learning_rate'?)"),
+    (['--n_layer=2.5'], "n_layer must be int, got 2.5 (float)"),
+    (['--n_layer=True'], "n_layer must be int"),
+    (['--learning_rate=fast'], "learning_rate must be float, got 'fast'"),
+    (['--window=4.0'], "window must be int or list"),
+    (['--compile=1'], "compile must be bool or NoneType"),
+    (['--flag'], "expected --key=value"),
+    (['missing_config.py'], "cannot read config file missing_config.py"),
+])
+def test_errors_name_the_problem(argv, message):
+    with pytest.raises(SystemExit) as e:
+        configure(dict(DEFAULTS), argv)
+    assert message in str(e.value)
+
+
+def test_unknown_key_in_a_file(tmp_path):
+    f = tmp_path / 'c.py'
+    f.write_text("n_layers = 4\n")
+    with pytest.raises(SystemExit, match=r"c.py\): unknown config key 'n_layers' \(did you mean 'n_layer'\?\)"):
+        configure(dict(DEFAULTS), [str(f)])

@@ -1,0 +1,119 @@
+"""data/dclm_edu/prepare.py on small local files with DCLM-Edu's schema, offline, byte tokenizer."""
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from tokens import TokenData, Tokenizer  # noqa: E402
+
+N_DOCS, VAL_DOCS, SHARD = 40, 5, 500
+
+
+def make_docs():
+    rng = np.random.default_rng(0)
+    words = ['the', 'cell', 'divides', 'energy', 'photosynthesis', 'Ünïcödé', 'naïve', '数学', 'x²', 'π≈3.14']
+    return [f"doc {i}: " + ' '.join(rng.choice(words, size=rng.integers(5, 40))) + '.' for i in range(N_DOCS)]
+
+
+def write_source(tmp_path, fmt, docs):
+    rows = [{'text': t, 'id': f'doc-{i}', 'url': f'https://example.org/{i}', 'score': float(i % 5)}
+            for i, t in enumerate(docs)]
+    if fmt == 'parquet':
+        path = tmp_path / 'part-0.parquet'
+        pq.write_table(pa.Table.from_pylist(rows), path)
+    else:
+        path = tmp_path / f'part-0.{fmt}'
+        lines = ''.join(json.dumps(r, ensure_ascii=False) + '\n' for r in rows).encode()
+        path.write_bytes(gzip.compress(lines) if fmt.endswith('.gz') else lines)
+    return str(path)
+
+
+def run(source, out_dir, *extra):
+    env = {**os.environ, 'HF_DATASETS_OFFLINE': '1', 'HF_HUB_OFFLINE': '1'}
+    cmd = [sys.executable, 'data/dclm_edu/prepare.py', f'--source={source}', '--tokenizer=byte',
+           f'--val_docs={VAL_DOCS}', f'--shard_tokens={SHARD}', f'--out_dir={out_dir}', *extra]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+
+
+def split_stream(data):
+    return np.concatenate([np.asarray(s, dtype=np.int64) for s in data.shards])
+
+
+def decode_docs(stream, tok):
+    """The documents of a token stream that must end with eot."""
+    assert stream[-1] == tok.eot
+    ends = np.flatnonzero(stream == tok.eot)
+    return [tok.decode(stream[a:b]) for a, b in zip(np.r_[0, ends[:-1] + 1], ends)]
+
+
+@pytest.mark.parametrize('fmt', ['parquet', 'jsonl'])
+def test_splits_shards_and_meta(tmp_path, fmt):
+    docs = make_docs()
+    out = tmp_path / 'out'
+    r = run(write_source(tmp_path, fmt, docs), out)
+    assert r.returncode == 0, r.stderr
+    tok = Tokenizer({'kind': 'byte'})
+    expected = {s: np.array([t for d in ds for t in tok.encode(d) + [tok.eot]])
+                for s, ds in (('val', docs[:VAL_DOCS]), ('train', docs[VAL_DOCS:]))}
+
+    val, train = TokenData(str(out), 'val'), TokenData(str(out), 'train')
+    assert decode_docs(split_stream(val), tok) == docs[:VAL_DOCS]  # exactly the first docs, in order
+    assert decode_docs(split_stream(train), tok) == docs[VAL_DOCS:]  # the rest, in order, none lost
+    for s, data in (('val', val), ('train', train)):
+        assert np.array_equal(split_stream(data), expected[s])
+        assert all(n == SHARD for n in data.sizes[:-1]) and 0 < data.sizes[-1] <= SHARD
+    assert len(train.shards) >= 4
+    files = sorted(os.listdir(out))
+    assert files == ['meta.json', 'train_000000.bin', *[f'train_{i:06d}.bin' for i in range(1, len(train.shards))],
+                     *[f'val_{i:06d}.bin' for i in range(len(val.shards))]]
+
+    meta = val.meta
+    assert meta['tokenizer'] == {'kind': 'byte'} and meta['vocab_size'] == 257 and meta['eot'] == 256
+    assert meta['source'].endswith(fmt)
+    for s, data, n in (('val', val, VAL_DOCS), ('train', train, N_DOCS - VAL_DOCS)):
+        assert meta[s] == {'documents': n, 'tokens': len(expected[s]), 'shards': len(data.shards)}
+    assert f"{len(expected['train']):,} tokens" in r.stdout
+
+
+def test_max_tokens_stops_early(tmp_path):
+    docs = make_docs()
+    source = write_source(tmp_path, 'parquet', docs)
+    r = run(source, tmp_path / 'out', '--max_tokens=1.2e3')
+    assert r.returncode == 0, r.stderr
+    tok = Tokenizer({'kind': 'byte'})
+    full = np.array([t for d in docs[VAL_DOCS:] for t in tok.encode(d) + [tok.eot]])
+    assert len(full) > 1200
+    train = TokenData(str(tmp_path / 'out'), 'train')
+    assert np.array_equal(split_stream(train), full[:1200])  # a prefix of the full train stream
+    assert list(train.sizes) == [500, 500, 200]
+    assert train.meta['train']['tokens'] == 1200 and train.meta['max_tokens'] == 1200
+    assert train.meta['train']['documents'] < N_DOCS - VAL_DOCS
+    assert train.meta['val']['documents'] == VAL_DOCS
+
+
+def test_refuses_existing_shards_unless_overwrite(tmp_path):
+    source = write_source(tmp_path, 'parquet', make_docs())
+    out = tmp_path / 'out'
+    assert run(source, out).returncode == 0
+    before = {f: (out / f).read_bytes() for f in os.listdir(out)}
+
+    r = run(source, out, '--max_tokens=100')
+    assert r.returncode != 0
+    assert '--overwrite' in r.stderr and 'already holds' in r.stderr
+    assert {f: (out / f).read_bytes() for f in os.listdir(out)} == before  # untouched
+
+    r = run(source, out, '--max_tokens=100', '--overwrite')
+    assert r.returncode == 0, r.stderr
+    after = sorted(os.listdir(out))
+    assert [f for f in after if f.startswith('train')] == ['train_000000.bin']  # no stale train shards left
+    assert [f for f in after if f.startswith('val')] == [f for f in sorted(before) if f.startswith('val')]
+    assert len(TokenData(str(out), 'train')) == 100

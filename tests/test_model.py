@@ -1,0 +1,199 @@
+"""model.py against independent references: attention, RoPE, caches, chunked losses, the
+dropout sites, the paper's parameter count."""
+
+import math
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import ROOT
+from model import Transformer, TransformerConfig, alibi_slopes, apply_rope, attention, flex, rope_cos_sin
+
+SMALL = dict(vocab_size=61, block_size=64, n_layer=2, n_head=4, n_embd=32)
+
+
+def naive_attention(q, k, v, q_start, k_start, slopes, window):
+    """Loops over heads and query positions; ALiBi as -m_h * distance, written out directly."""
+    B, H, Tq, hd = q.shape
+    rep = H // k.size(1)
+    out = torch.zeros_like(q)
+    for h in range(H):
+        kh, vh = k[:, h // rep], v[:, h // rep]  # (B, Tk, hd)
+        for i in range(Tq):
+            qpos = q_start + i
+            scores = (kh @ q[:, h, i, :, None])[..., 0] / math.sqrt(hd)  # (B, Tk)
+            for j in range(k.size(2)):
+                dist = qpos - (k_start + j)
+                if dist < 0 or (window and dist >= window):
+                    scores[:, j] = float('-inf')
+                elif slopes is not None:
+                    scores[:, j] -= slopes[h] * dist
+            out[:, h, i] = (scores.softmax(-1)[:, None] @ vh)[:, 0]
+    return out
+
+
+CASES = [  # pos_encoding, window, n_kv_head, q_start, k_start (queries are the last Tq positions)
+    ('nope', 0, 4, 0, 0), ('nope', 5, 2, 0, 0), ('rope', 0, 1, 0, 0), ('alibi', 0, 4, 0, 0), ('alibi', 7, 2, 0, 0),
+    ('nape', 0, 2, 0, 0), ('nape', 6, 4, 0, 0), ('nape', 0, 4, 9, 0), ('nape', 4, 2, 12, 9), ('nope', 0, 2, 11, 0),
+]
+
+
+@pytest.mark.parametrize('pe,window,n_kv,q_start,k_start', CASES)
+def test_sdpa_and_flex_equal_naive_attention(pe, window, n_kv, q_start, k_start):
+    torch.manual_seed(0)
+    Tk = 20
+    Tq = Tk - (q_start - k_start)
+    q, k, v = torch.randn(2, 4, Tq, 8), torch.randn(2, n_kv, Tk, 8), torch.randn(2, n_kv, Tk, 8)
+    slopes = alibi_slopes(4, pe) if pe in ('alibi', 'nape') else None
+    ref = naive_attention(q, k, v, q_start, k_start, slopes, window)
+    torch.testing.assert_close(attention(q, k, v, q_start, k_start, slopes, window), ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(flex(q, k, v, q_start - k_start, slopes, window), ref, atol=1e-5, rtol=1e-5)
+
+
+def test_alibi_slopes():
+    assert alibi_slopes(8, 'nape').tolist() == pytest.approx([1, 1 / 2, 1 / 3, 1 / 4, 0, 0, 0, 0])  # first H/2 heads ALiBi, 1/h
+    assert alibi_slopes(8, 'nape', 'exp').tolist() == [1, 1 / 2, 1 / 4, 1 / 8, 0, 0, 0, 0]
+    assert alibi_slopes(4, 'alibi').tolist() == [2 ** -2, 2 ** -4, 2 ** -6, 2 ** -8]  # Press et al.: 2^(-8h/H)
+    assert alibi_slopes(6, 'alibi').tolist() == pytest.approx([2 ** -2, 2 ** -4, 2 ** -6, 2 ** -8, 2 ** -1, 2 ** -3])  # then odd powers of 2^(-8/(2n))
+
+
+def test_rope_is_a_rotation_of_half_pairs():
+    """Rotate-half RoPE = multiplying (x_i + i x_{i+d/2}) by e^{i pos theta^(-2i/d)}."""
+    x = torch.randn(1, 2, 7, 16)
+    cos, sin = rope_cos_sin(3, 7, 16, 500.0, 'cpu')
+    z = torch.complex(x[..., :8], x[..., 8:])
+    angle = torch.arange(3, 10.0)[:, None] * 500.0 ** (-torch.arange(0, 16, 2) / 16)
+    rz = z * torch.polar(torch.ones_like(angle), angle)
+    torch.testing.assert_close(apply_rope(x, cos, sin), torch.cat([rz.real, rz.imag], -1))
+
+
+@pytest.mark.parametrize('pe,window', [('nope', 0), ('rope', 0), ('rope', 9), ('alibi', 0), ('nape', 0), ('nape', 9),
+                                       ('learned', 0), (['rope', 'nope'], [9, 0])])
+def test_cache_paths_equal_full_forward(pe, window):
+    """Chunked per-position losses = the plain loss; greedy KV-cache generation = argmax of
+    full forwards, including past block_size and across the window."""
+    torch.manual_seed(0)
+    m = Transformer(TransformerConfig(**SMALL, pos_encoding=pe, window=window, n_kv_head=2, mlp='swiglu')).eval()
+    idx, tgt = torch.randint(0, 61, (2, 50)), torch.randint(0, 61, (2, 50))
+    logits, _ = m(idx, tgt)
+    full = F.cross_entropy(logits.transpose(1, 2), tgt, reduction='none')
+    torch.testing.assert_close(m.position_losses(idx, tgt, chunk_size=7), full, atol=1e-5, rtol=1e-5)
+    ref = idx[:, :20]
+    for _ in range(12):
+        ref = torch.cat([ref, m(ref)[0][:, -1].argmax(-1, keepdim=True)], dim=1)
+    assert torch.equal(m.generate(idx[:, :20], 12, chunk_size=6), ref)
+
+
+def test_layernorm_biases_and_untied_head():
+    torch.manual_seed(0)
+    m = Transformer(TransformerConfig(**SMALL, norm='layernorm', bias=True, tie_embeddings=False)).eval()
+    assert m.lm_head.weight is not m.wte.weight and isinstance(m.norm_f, torch.nn.LayerNorm)
+    per_layer = 4 * (32 * 32 + 32) + (32 * 128 + 128) + (128 * 32 + 32) + 2 * 2 * 32  # projections, MLP, 2 LayerNorms
+    assert m.num_params() == 2 * per_layer + 2 * 32 and m.num_params(False) == m.num_params() + 2 * 61 * 32
+    idx = torch.randint(0, 61, (2, 30))
+    full = F.cross_entropy(m(idx, idx)[0].transpose(1, 2), idx, reduction='none')
+    torch.testing.assert_close(m.position_losses(idx, idx, chunk_size=8), full, atol=1e-5, rtol=1e-5)
+
+
+def test_model_flex_equals_sdpa():
+    torch.manual_seed(0)
+    args = dict(**SMALL, pos_encoding='nape', window=[0, 5])
+    a = Transformer(TransformerConfig(**args, attn_backend='sdpa')).eval()
+    b = Transformer(TransformerConfig(**args, attn_backend='flex')).eval()
+    b.load_state_dict(a.state_dict())
+    idx = torch.randint(0, 61, (2, 40))
+    with torch.no_grad():  # FlexAttention has no backward on CPU
+        torch.testing.assert_close(b(idx, idx)[0], a(idx, idx)[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(b.position_losses(idx, idx, 16), a.position_losses(idx, idx, 16), atol=1e-5, rtol=1e-5)
+
+
+def test_generate_stops_at_eos():
+    torch.manual_seed(0)
+    m = Transformer(TransformerConfig(**SMALL)).eval()
+    idx = torch.randint(0, 61, (1, 5))
+    first = m.generate(idx, 1)[0, -1].item()
+    assert m.generate(idx, 10, eos_id=first).shape == (1, 6)
+    assert m.generate(idx, 10).shape == (1, 15)
+
+
+def dropout_sites(model, idx):
+    """Run a training-mode forward and return, for every dropout site, whether each of its calls
+    changed its input (a block calls its pre-norm site twice: after attention and after the MLP)."""
+    changed, hooks = {}, []
+    for name, mod in model.named_modules():
+        if name.endswith(('pre_linear', 'pre_norm')):
+            hooks.append(mod.register_forward_hook(
+                lambda mod, inp, out, name=name: changed.setdefault(name, []).append(not torch.equal(inp[0], out))))
+    model.train()(idx, idx)
+    for h in hooks:
+        h.remove()
+    return changed
+
+
+@pytest.mark.parametrize('dropout_type', ['none', 'pre_norm', 'pre_linear', 'vpad'])
+def test_each_placement_acts_only_at_its_sites(dropout_type):
+    torch.manual_seed(0)
+    m = Transformer(TransformerConfig(**SMALL, mlp='swiglu', dropout=0.3, dropout_type=dropout_type))
+    sites = dropout_sites(m, torch.randint(0, 61, (2, 16)))
+    linear_sites = [n for n in sites if n.endswith('pre_linear')]
+    norm_sites = [n for n in sites if n.endswith('pre_norm')]
+    # every projection of every block has its pre-linear site: q, k, v, o, gate, up, down
+    assert sorted(linear_sites) == sorted(f'layers.{i}.{p}.pre_linear' for i in range(2) for p in
+                                          ['attn.q_proj', 'attn.k_proj', 'attn.v_proj', 'attn.o_proj',
+                                           'mlp.gate_proj', 'mlp.up_proj', 'mlp.down_proj'])
+    assert len(norm_sites) == 2 and all(len(sites[n]) == 2 for n in norm_sites)
+    linear_calls = [c for n in linear_sites for c in sites[n]]
+    norm_calls = [c for n in norm_sites for c in sites[n]]
+    assert all(linear_calls) == (dropout_type in ('pre_linear', 'vpad'))
+    assert not any(linear_calls) == (dropout_type not in ('pre_linear', 'vpad'))
+    assert all(norm_calls) == (dropout_type == 'pre_norm')
+    assert not any(norm_calls) == (dropout_type != 'pre_norm')
+
+
+def test_pre_linear_masks_are_independent_per_projection():
+    torch.manual_seed(0)
+    m = Transformer(TransformerConfig(**SMALL, dropout=0.5, dropout_type='pre_linear'))
+    seen = {}
+    for name in ('q_proj', 'k_proj', 'v_proj'):
+        getattr(m.layers[0].attn, name).pre_linear.register_forward_hook(lambda mod, i, o, n=name: seen.__setitem__(n, o == 0))
+    m.train()(torch.randint(0, 61, (2, 16)))
+    assert not torch.equal(seen['q_proj'], seen['k_proj']) and not torch.equal(seen['k_proj'], seen['v_proj'])
+
+
+@pytest.mark.parametrize('kind', [dict(dropout_type='pre_norm'), dict(dropout_type='pre_linear'),
+                                  dict(dropout_type='vpad'), dict(dropout_type='vpad', vpad_variant='C'), dict(attn_dropout=0.5)])
+def test_every_dropout_is_the_identity_in_eval_mode(kind):
+    torch.manual_seed(0)
+    plain = Transformer(TransformerConfig(**SMALL))
+    reg = Transformer(TransformerConfig(**SMALL, dropout=0.5, **kind))
+    reg.load_state_dict(plain.state_dict())
+    idx = torch.randint(0, 61, (2, 16))
+    assert not torch.allclose(reg.train()(idx, idx)[0], plain.train()(idx, idx)[0])  # active in training
+    torch.testing.assert_close(reg.eval()(idx, idx)[0], plain.eval()(idx, idx)[0], atol=0, rtol=0)
+
+
+def test_config_errors():
+    with pytest.raises(ValueError, match='pos_encoding'):
+        TransformerConfig(pos_encoding='alibi2')
+    with pytest.raises(ValueError, match='3 entries but n_layer = 2'):
+        TransformerConfig(n_layer=2, window=[0, 4, 8])
+    with pytest.raises(ValueError, match='n_kv_head'):
+        TransformerConfig(n_head=4, n_kv_head=3)
+    with pytest.raises(ValueError, match='learned'):
+        TransformerConfig(n_layer=2, pos_encoding=['learned', 'nope'])
+
+
+def test_paper_config_parameter_count_on_meta():
+    """configs/scratch.py (Table 6: 24 layers, 768 wide, FFN 3072, 12 heads) on the meta device,
+    against the count written out by hand."""
+    scope = {}
+    exec(open(os.path.join(ROOT, 'configs', 'scratch.py')).read(), scope)
+    args = {k: scope[k] for k in TransformerConfig.__dataclass_fields__ if k in scope}
+    with torch.device('meta'):
+        m = Transformer(TransformerConfig(**args, vocab_size=50304))
+    assert (scope['n_layer'], scope['n_embd'], scope['ffn_dim'], scope['n_head'], scope['block_size']) == (24, 768, 3072, 12, 2048)
+    per_layer = 4 * 768 * 768 + 2 * 768 * 3072 + 2 * 768  # q, k, v, o; GELU MLP up, down; two RMSNorms
+    assert m.num_params() == 24 * per_layer + 768  # + the final norm: 169,906,944
+    assert m.num_params(non_embedding=False) == 24 * per_layer + 768 + 50304 * 768  # tied head: 208,540,416

@@ -1,0 +1,121 @@
+"""Tokenizers, the shard format, batches and long windows, and the Shakespeare data."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import ROOT
+from tokens import TokenData, Tokenizer, batch_rng, read_shard, write_shard
+
+
+def test_byte_tokenizer_round_trip():
+    tok = Tokenizer({'kind': 'byte'})
+    text = "To be, or not to be: that is the question. Ünïcödé ✓"
+    assert tok.encode(text) == list(text.encode('utf-8'))
+    assert tok.decode(tok.encode(text)) == text
+    assert (tok.n_vocab, tok.eot) == (257, 256)
+
+
+def test_gpt2_tokenizer_offline():
+    tok = Tokenizer({'kind': 'gpt2'})  # from openai-whisper's copy of the ranks, no download
+    assert tok.encode("Hello world") == [15496, 995] and tok.encode(" the") == [262]  # GPT-2's own ids
+    assert (tok.n_vocab, tok.eot) == (50257, 50256)
+    assert tok.encode_batch(["Hello world", " the"]) == [[15496, 995], [262]]
+
+
+def test_hf_tokenizer_json(tmp_path):
+    from tokenizers import Tokenizer as HFTokenizer, models, pre_tokenizers, trainers, decoders
+    hf = HFTokenizer(models.BPE())
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    hf.decoder = decoders.ByteLevel()
+    hf.train_from_iterator(["the sky is blue and the grass is green"] * 20,
+                           trainers.BpeTrainer(vocab_size=300, special_tokens=['<|end_of_text|>']))
+    hf.save(str(tmp_path / 'tokenizer.json'))
+    tok = Tokenizer({'kind': 'hf', 'path': str(tmp_path), 'eot': '<|end_of_text|>'})
+    ids = tok.encode("the sky is green")
+    assert tok.decode(ids) == "the sky is green" and len(ids) < len("the sky is green")
+    assert tok.eot == 0 and tok.n_vocab == hf.get_vocab_size()
+    with pytest.raises(ValueError, match="no token '<eos>'"):
+        Tokenizer({'kind': 'hf', 'path': str(tmp_path), 'eot': '<eos>'})
+
+
+@pytest.mark.parametrize('vocab,dtype', [(257, np.uint16), (65536, np.uint16), (128256, np.uint32)])
+def test_shard_round_trip(tmp_path, vocab, dtype):
+    tokens = np.random.default_rng(0).integers(0, vocab, size=1000)
+    write_shard(str(tmp_path / 's.bin'), tokens, vocab)
+    back = read_shard(str(tmp_path / 's.bin'))
+    assert back.dtype == dtype and np.array_equal(back, tokens)
+    assert os.path.getsize(tmp_path / 's.bin') == 64 + 1000 * np.dtype(dtype).itemsize
+    with pytest.raises(ValueError, match=r'token ids must lie in \[0, 10\)'):
+        write_shard(str(tmp_path / 't.bin'), [3, 10], 10)
+
+
+def test_bad_shards_are_refused(tmp_path):
+    (tmp_path / 'x.bin').write_bytes(b'\0' * 100)
+    with pytest.raises(ValueError, match='not a token shard'):
+        read_shard(str(tmp_path / 'x.bin'))
+    write_shard(str(tmp_path / 'y.bin'), [1, 2], 10)
+    raw = bytearray((tmp_path / 'y.bin').read_bytes())
+    raw[8] = 9  # the version
+    (tmp_path / 'y.bin').write_bytes(bytes(raw))
+    with pytest.raises(ValueError, match='shard version 9'):
+        read_shard(str(tmp_path / 'y.bin'))
+
+
+@pytest.fixture
+def docs_dir(tmp_path):
+    """Documents of lengths 10, 300, 50, 700 (tokens 1..): eot = 0."""
+    lengths = [10, 300, 50, 700]
+    stream, t = [], 1
+    for n in lengths:
+        stream += list(range(t, t + n)) + [0]
+        t += n
+    write_shard(str(tmp_path / 'val.bin'), stream, 2000)
+    (tmp_path / 'meta.json').write_text(json.dumps({'eot': 0, 'vocab_size': 2000, 'tokenizer': {'kind': 'x'}}))
+    return tmp_path
+
+
+def test_documents_and_long_windows(docs_dir):
+    data = TokenData(str(docs_dir), 'val')
+    assert [b - a for _, a, b in data.doc_spans()] == [10, 300, 50, 700]
+    w = data.long_windows(99, 20)
+    # first windows of the two documents longer than 99 tokens, then their next windows; none crosses a document
+    starts = [int(x[0]) for x in w]
+    assert starts == [11, 361, 111, 461, 211, 561, 661, 761, 861, 961] and w.shape == (10, 100)
+    assert [int(x[0]) for x in data.long_windows(99, 3)] == [11, 361, 111]
+    assert all(torch.equal(x, torch.arange(x[0], x[0] + 100)) for x in w)
+    assert data.long_windows(800, 4) is None
+
+
+def test_batches_are_windows_determined_by_the_rng(docs_dir):
+    data = TokenData(str(docs_dir), 'val')
+    x, y = data.batch(6, 16, batch_rng(1, 2, 3))
+    assert x.shape == y.shape == (6, 16) and x.dtype == torch.int64
+    assert torch.equal(x[:, 1:], y[:, :-1])
+    x2, _ = data.batch(6, 16, batch_rng(1, 2, 3))
+    x3, _ = data.batch(6, 16, batch_rng(1, 2, 4))
+    assert torch.equal(x, x2) and not torch.equal(x, x3)
+
+
+def test_missing_data_names_the_prepare_command(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r'python .*data/shakespeare/prepare.py --tokenizer=byte'):
+        TokenData(os.path.join(ROOT, 'data', 'shakespeare', 'byte_missing_here', '..', 'byte_x'), 'train')
+
+
+def test_shakespeare_prepare(tmp_path):
+    r = subprocess.run([sys.executable, 'data/shakespeare/prepare.py', '--tokenizer=byte', f'--out_dir={tmp_path}'],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    train, val = TokenData(str(tmp_path), 'train'), TokenData(str(tmp_path), 'val')
+    tok = Tokenizer(train.meta['tokenizer'])
+    val_docs = [tok.decode(np.asarray(val.shards[0][a:b])) for _, a, b in val.doc_spans()]
+    train_docs = [tok.decode(np.asarray(train.shards[0][a:b])) for _, a, b in train.doc_spans()]
+    assert [d.split('\n')[0] for d in val_docs] == ['HAMLET, PRINCE OF DENMARK', 'MACBETH',
+                                                    'THE LIFE AND DEATH OF KING RICHARD III', 'TWELFTH NIGHT; OR, WHAT YOU WILL']
+    assert len(train_docs) == 38 and not set(train_docs) & set(val_docs)  # whole plays held out
+    assert max(len(d) for d in val_docs) == 175659  # Richard III, for the long-context evals

@@ -1,0 +1,188 @@
+"""
+Tokenizers and token shards: the data side shared by train.py, the evals and data/*/prepare.py.
+
+Tokenizers, named by a small spec dict that travels in every checkpoint:
+    {'kind': 'byte'}                          the 256 bytes, and <|endoftext|> = 256; works offline
+    {'kind': 'gpt2', 'path': None}            GPT-2's BPE through tiktoken (path: a .tiktoken file)
+    {'kind': 'hf', 'path': 'tokenizer.json', 'eot': '<|end_of_text|>'}   a Hugging Face tokenizer
+
+Shards: a 64-byte header of int64 (magic, version, bytes per token, token count), then the
+tokens as uint16 (when the vocab fits) or uint32. A split is every `{split}*.bin` in a folder,
+next to a meta.json that names the tokenizer. Documents end with the tokenizer's eot token.
+"""
+
+import glob
+import importlib.util
+import json
+import os
+
+import numpy as np
+import tiktoken
+from tiktoken.load import load_tiktoken_bpe
+import torch
+
+MAGIC, VERSION, HEADER_INTS = 20261129, 1, 8
+EOT = '<|endoftext|>'
+# GPT-2's pre-tokenisation pattern (tiktoken r50k_base)
+R50K_PAT = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+GPT2_SHA256 = '306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930'  # r50k_base.tiktoken
+
+
+# -----------------------------------------------------------------------------
+# tokenizers
+
+class Tokenizer:
+    """encode/decode/eot/n_vocab over tiktoken (byte, gpt2) or Hugging Face `tokenizers` (hf)."""
+
+    def __init__(self, spec):
+        self.spec = dict(spec)
+        kind = spec.get('kind')
+        self.hf = None
+        if kind == 'byte':
+            self.enc = tiktoken.Encoding(name='byte', pat_str=R50K_PAT, mergeable_ranks={bytes([i]): i for i in range(256)},
+                                         special_tokens={EOT: 256})
+        elif kind == 'gpt2':
+            ranks = load_tiktoken_bpe(gpt2_ranks_file(spec.get('path')), expected_hash=GPT2_SHA256)
+            self.enc = tiktoken.Encoding(name='gpt2', pat_str=R50K_PAT, mergeable_ranks=ranks, special_tokens={EOT: 50256})
+        elif kind == 'hf':
+            from tokenizers import Tokenizer as HFTokenizer
+            path = spec['path']
+            path = os.path.join(path, 'tokenizer.json') if os.path.isdir(path) else path
+            if not os.path.exists(path):
+                raise FileNotFoundError(f"no tokenizer.json at {spec['path']}")
+            self.hf = HFTokenizer.from_file(path)
+        else:
+            raise ValueError(f"unknown tokenizer kind {kind!r}: use 'byte', 'gpt2' or 'hf'")
+        if self.hf is not None:
+            self.n_vocab = self.hf.get_vocab_size(with_added_tokens=True)
+            self.eot = self.hf.token_to_id(spec.get('eot', EOT))
+            if self.eot is None:
+                raise ValueError(f"the tokenizer at {spec['path']} has no token {spec.get('eot', EOT)!r}: set 'eot' in its spec")
+        else:
+            self.n_vocab, self.eot = self.enc.n_vocab, self.enc.eot_token
+
+    def encode(self, text):
+        return self.hf.encode(text, add_special_tokens=False).ids if self.hf else self.enc.encode_ordinary(text)
+
+    def encode_batch(self, texts):
+        """Many texts at once, in parallel threads (tiktoken and tokenizers both release the GIL)."""
+        if self.hf:
+            return [e.ids for e in self.hf.encode_batch(texts, add_special_tokens=False)]
+        return self.enc.encode_ordinary_batch(texts, num_threads=os.cpu_count() or 1)
+
+    def decode(self, ids):
+        return self.hf.decode(list(ids), skip_special_tokens=False) if self.hf else self.enc.decode(list(ids))
+
+
+def gpt2_ranks_file(path=None):
+    """GPT-2's BPE ranks without a download: an explicit file, or the copy inside the
+    openai-whisper package (byte-identical to tiktoken's r50k_base), or tiktoken's own cache."""
+    if path:
+        return path
+    spec = importlib.util.find_spec('whisper')
+    if spec is not None:
+        path = os.path.join(spec.submodule_search_locations[0], 'assets', 'gpt2.tiktoken')
+        if os.path.exists(path):
+            return path
+    try:  # on a machine with internet access tiktoken downloads (and caches) the same file
+        tiktoken.get_encoding('r50k_base')
+        return 'https://openaipublic.blob.core.windows.net/encodings/r50k_base.tiktoken'
+    except Exception as e:
+        raise RuntimeError("GPT-2's BPE file is not available offline: `pip install --no-deps openai-whisper` "
+                           "(it ships gpt2.tiktoken), or give the tokenizer spec a 'path' to a .tiktoken file") from e
+
+
+# -----------------------------------------------------------------------------
+# shards
+
+def write_shard(path, tokens, vocab_size):
+    """Write tokens (any int sequence) to path atomically: a temporary file, then a rename."""
+    dtype = np.uint16 if vocab_size <= 2 ** 16 else np.uint32
+    tokens = np.asarray(tokens)
+    if tokens.size and (tokens.min() < 0 or tokens.max() >= vocab_size):
+        raise ValueError(f"token ids must lie in [0, {vocab_size}), got [{tokens.min()}, {tokens.max()}]")
+    header = np.zeros(HEADER_INTS, dtype=np.int64)
+    header[:4] = MAGIC, VERSION, np.dtype(dtype).itemsize, tokens.size
+    tmp = path + '.tmp'
+    with open(tmp, 'wb') as f:
+        f.write(header.tobytes())
+        f.write(tokens.astype(dtype).tobytes())
+    os.replace(tmp, path)
+
+
+def read_shard(path):
+    """The tokens of a shard as a read-only memmap."""
+    header = np.fromfile(path, dtype=np.int64, count=HEADER_INTS)
+    if header.size < 4 or header[0] != MAGIC:
+        raise ValueError(f"{path} is not a token shard (bad magic number); re-run the data's prepare.py")
+    if header[1] != VERSION:
+        raise ValueError(f"{path} has shard version {header[1]}, this code reads version {VERSION}; re-run prepare.py")
+    dtype = {2: np.uint16, 4: np.uint32}[int(header[2])]
+    return np.memmap(path, dtype=dtype, mode='r', offset=HEADER_INTS * 8, shape=(int(header[3]),))
+
+
+def prepare_command(data_dir):
+    """The command that makes data_dir, for error messages: data/<name>/prepare.py --tokenizer=<kind>."""
+    d = os.path.normpath(data_dir)
+    script = os.path.join(os.path.dirname(d), 'prepare.py')
+    if os.path.exists(script):
+        return f"python {script} --tokenizer={os.path.basename(d)}"
+    return "the prepare.py script of that dataset (see data/)"
+
+
+class TokenData:
+    """One split of a tokenized dataset: every `{split}*.bin` shard in data_dir and its meta.json."""
+
+    def __init__(self, data_dir, split):
+        files = sorted(glob.glob(os.path.join(data_dir, f'{split}*.bin')))
+        meta_path = os.path.join(data_dir, 'meta.json')
+        if not files or not os.path.exists(meta_path):
+            raise FileNotFoundError(f"no {split} data in {data_dir} (expected {split}*.bin and meta.json): "
+                                    f"run `{prepare_command(data_dir)}` first")
+        with open(meta_path) as f:
+            self.meta = json.load(f)
+        self.shards = [read_shard(p) for p in files]
+        self.sizes = np.array([len(s) for s in self.shards], dtype=np.int64)
+        self.eot = self.meta['eot']
+
+    def __len__(self):
+        return int(self.sizes.sum())
+
+    def batch(self, batch_size, T, rng):
+        """batch_size random windows of T+1 tokens -> inputs and targets, int64 (B, T) each."""
+        ok = self.sizes > T
+        if not ok.any():
+            raise ValueError(f"every shard holds {self.sizes.max()} tokens or fewer, too few for windows of {T + 1}")
+        shard = rng.choice(len(self.shards), size=batch_size, p=ok * self.sizes / (ok * self.sizes).sum())
+        rows = []
+        for s in shard:
+            i = rng.integers(0, self.sizes[s] - T)
+            rows.append(np.asarray(self.shards[s][i:i + T + 1], dtype=np.int64))
+        xy = torch.from_numpy(np.stack(rows))
+        return xy[:, :-1], xy[:, 1:]
+
+    def doc_spans(self):
+        """(shard, start, end) of every document: the tokens between eot tokens, eot excluded."""
+        for i, shard in enumerate(self.shards):
+            start = 0
+            for end in np.flatnonzero(np.asarray(shard) == self.eot):
+                if end > start:
+                    yield i, start, int(end)
+                start = int(end) + 1
+
+    def long_windows(self, length, n):
+        """Up to n windows of length+1 tokens that never cross a document boundary, for
+        per-position losses: the first window of every long enough document (it starts at the
+        document's first token), then the second of each, and so on. (n, length+1) int64 or None"""
+        spans = [s for s in self.doc_spans() if s[2] - s[1] > length]
+        picks = []
+        for j in range(max((b - a) // (length + 1) for _, a, b in spans) if spans else 0):
+            picks += [(i, a + j * (length + 1)) for i, a, b in spans if a + (j + 1) * (length + 1) <= b]
+        rows = [np.asarray(self.shards[i][a:a + length + 1], dtype=np.int64) for i, a in picks[:n]]
+        return torch.from_numpy(np.stack(rows)) if rows else None
+
+
+def batch_rng(seed, *keys):
+    """A numpy Generator determined by (seed, *keys): the batch of step s is the same whether the
+    run went straight through or was resumed, with no sampler state to save."""
+    return np.random.default_rng([seed, *keys])
