@@ -1,6 +1,6 @@
 """
 Checkpoints: written atomically, read with weights_only=True, and one loader that every eval
-script uses to turn a checkpoint into a model plus its tokenizer.
+script uses to turn a checkpoint (or a folder of released weights) into a model plus its tokenizer.
 
 A checkpoint is out_dir/ckpt_{step:06d}.pt = {model (state dict, clean keys), model_type,
 model_args, tokenizer (spec), step, config (the whole resolved config)}; every saved step is
@@ -15,10 +15,11 @@ from dataclasses import asdict
 
 import torch
 
+from mamba import Mamba2, Mamba2Config, load_pretrained
 from model import Transformer, TransformerConfig
-from tokens import Tokenizer
+from tokens import EOT, Tokenizer
 
-MODELS = {'transformer': (Transformer, TransformerConfig)}
+MODELS = {'transformer': (Transformer, TransformerConfig), 'mamba2': (Mamba2, Mamba2Config)}
 
 
 def save(obj, path):
@@ -53,10 +54,22 @@ def build_model(model_type, args):
     return cls(config_cls(**args))
 
 
-def load_model(ckpt_path, device='cpu', **overrides):
-    """Any checkpoint file -> (model in eval mode, tokenizer, checkpoint dict). `overrides`
-    replace model arguments that do not change the weights (e.g. window, attn_backend)."""
-    ckpt = load(ckpt_path)
+def load_any(path):
+    """A checkpoint file, or a folder of released weights (state-spaces/mamba2-* or transformers'
+    Mamba2), as a checkpoint dict: model, model_type, model_args, tokenizer (None if the folder
+    has no tokenizer.json), step."""
+    if not os.path.isdir(path):
+        return load(path)
+    args, state = load_pretrained(path)
+    tok = os.path.join(path, 'tokenizer.json')
+    spec = {'kind': 'hf', 'path': os.path.abspath(tok), 'eot': EOT} if os.path.exists(tok) else None
+    return {'model': state, 'model_type': 'mamba2', 'model_args': args, 'tokenizer': spec, 'step': 0}
+
+
+def load_model(path, device='cpu', **overrides):
+    """Any checkpoint file or weights folder -> (model in eval mode, tokenizer or None, checkpoint
+    dict). `overrides` replace model arguments that do not change the weights (e.g. window)."""
+    ckpt = load_any(path)
     model = build_model(ckpt['model_type'], {**ckpt['model_args'], **overrides})
     model.load_state_dict(ckpt['model'])
-    return model.to(device).eval(), Tokenizer(ckpt['tokenizer']), ckpt
+    return model.to(device).eval(), Tokenizer(ckpt['tokenizer']) if ckpt['tokenizer'] else None, ckpt

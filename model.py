@@ -7,7 +7,7 @@ paper's regularizers inline where they act.
   absolute positions (the classic baseline that does not extrapolate).
 - Attention per layer: full causal or a sliding window of W keys (the current one included).
 - Dropout (dropout.py): pre-norm dropout (PN-D, Eq. 6) in Block.forward; pre-linear dropout
-  (PL-D) and VPAD in Linear.forward, on the input of every projection of a block (q, k, v, o,
+  (PL-D) and VPAD inside dropout.Linear, the class of every projection of a block (q, k, v, o,
   and the MLP's gate/up/down), each drawing its own mask; attention dropout on the attention
   probabilities.
 - Long inputs: a KV cache (trimmed to the window on sliding-window layers) with chunked
@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from dropout import pre_linear, pre_norm
+from dropout import Linear, pre_norm
 
 try:  # FlexAttention: fused ALiBi and sliding windows on CUDA (forward only on CPU)
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
@@ -193,18 +193,6 @@ class KVCache:
 
 # -----------------------------------------------------------------------------
 # the network
-
-class Linear(nn.Linear):
-    """A projection of a block, with the pre-linear site on its input (Fig. 2, right):
-    identity, PL-D (inverted dropout) or VPAD, an independent mask per projection."""
-
-    def __init__(self, in_features, out_features, config):
-        super().__init__(in_features, out_features, bias=config.bias)
-        self.pre_linear = pre_linear(config.dropout_type, config.dropout, config.vpad_variant)
-
-    def forward(self, x):
-        return F.linear(self.pre_linear(x), self.weight, self.bias)
-
 
 class RMSNorm(nn.Module):
     def __init__(self, dim, eps):

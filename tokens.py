@@ -5,6 +5,7 @@ Tokenizers, named by a small spec dict that travels in every checkpoint:
     {'kind': 'byte'}                          the 256 bytes, and <|endoftext|> = 256; works offline
     {'kind': 'gpt2', 'path': None}            GPT-2's BPE through tiktoken (path: a .tiktoken file)
     {'kind': 'hf', 'path': 'tokenizer.json', 'eot': '<|end_of_text|>'}   a Hugging Face tokenizer
+    {'kind': 'symbols', 'n_vocab': 32, 'eot': 3}   the symbols of a synthetic task (tasks.py), as numbers
 
 Shards: a 64-byte header of int64 (magic, version, bytes per token, token count), then the
 tokens as uint16 (when the vocab fits) or uint32. A split is every `{split}*.bin` in a folder,
@@ -51,8 +52,11 @@ class Tokenizer:
             if not os.path.exists(path):
                 raise FileNotFoundError(f"no tokenizer.json at {spec['path']}")
             self.hf = HFTokenizer.from_file(path)
+        elif kind == 'symbols':
+            self.n_vocab, self.eot = spec['n_vocab'], spec['eot']
+            return
         else:
-            raise ValueError(f"unknown tokenizer kind {kind!r}: use 'byte', 'gpt2' or 'hf'")
+            raise ValueError(f"unknown tokenizer kind {kind!r}: use 'byte', 'gpt2', 'hf' or 'symbols'")
         if self.hf is not None:
             self.n_vocab = self.hf.get_vocab_size(with_added_tokens=True)
             self.eot = self.hf.token_to_id(spec.get('eot', EOT))
@@ -62,16 +66,34 @@ class Tokenizer:
             self.n_vocab, self.eot = self.enc.n_vocab, self.enc.eot_token
 
     def encode(self, text):
+        if self.spec['kind'] == 'symbols':
+            return [int(t) for t in text.split()]
         return self.hf.encode(text, add_special_tokens=False).ids if self.hf else self.enc.encode_ordinary(text)
 
     def encode_batch(self, texts):
         """Many texts at once, in parallel threads (tiktoken and tokenizers both release the GIL)."""
+        if self.spec['kind'] == 'symbols':
+            return [self.encode(t) for t in texts]
         if self.hf:
             return [e.ids for e in self.hf.encode_batch(texts, add_special_tokens=False)]
         return self.enc.encode_ordinary_batch(texts, num_threads=os.cpu_count() or 1)
 
     def decode(self, ids):
+        if self.spec['kind'] == 'symbols':
+            return ' '.join(str(int(t)) for t in ids)
         return self.hf.decode(list(ids), skip_special_tokens=False) if self.hf else self.enc.decode(list(ids))
+
+
+def same_tokenizer(a, b):
+    """Whether two specs name the same tokenizer (equal specs, or the same ids for a probe text:
+    one tokenizer.json may sit at two paths)."""
+    if a == b:
+        return True
+    if a is None or b is None or a['kind'] != b['kind']:
+        return False
+    ta, tb = Tokenizer(a), Tokenizer(b)
+    probe = "The grass is green. 1234567 Ünïcödé <|endoftext|>"
+    return (ta.n_vocab, ta.eot, ta.encode(probe)) == (tb.n_vocab, tb.eot, tb.encode(probe))
 
 
 def gpt2_ranks_file(path=None):

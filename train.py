@@ -24,8 +24,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import checkpoint
 from configurator import configure
-from model import TransformerConfig
-from tokens import TokenData, batch_rng
+from tasks import Copy
+from tokens import TokenData, batch_rng, same_tokenizer
 
 # -----------------------------------------------------------------------------
 # I/O
@@ -37,19 +37,25 @@ ckpt_interval = 1000  # iterations between checkpoints (and at the end); every o
 halt_at = 0  # if > 0, checkpoint and exit at this iteration; the schedule is unchanged (resume later)
 # evaluation
 eval_iters = 20  # validation batches at the training length
-eval_lengths = [2048, 4096, 8192, 16384]  # mean per-position loss in the bands (L1/2, L1], (L1, L2], ...
-eval_windows = 16  # validation windows of max(eval_lengths) tokens for the per-position loss
+eval_lengths = [2048, 4096, 8192, 16384]  # lm: mean per-position loss in the bands (L1/2, L1], (L1, L2], ...
+eval_windows = 16  # lm: validation windows of max(eval_lengths) tokens for the per-position loss
 # data
-data_dir = 'data/shakespeare/byte'  # a folder of train*.bin / val*.bin shards and meta.json (data/*/prepare.py)
+task = 'lm'  # 'lm': next-token prediction on data_dir; 'copy': the Copy task of tasks.py, made on the fly
+data_dir = 'data/shakespeare/byte'  # lm: a folder of train*.bin / val*.bin shards and meta.json (data/*/prepare.py)
+copy_vocab = 32  # copy: symbols, the 4 special ones included
+copy_min_len = 50  # copy: source lengths at training, uniform in [copy_min_len, copy_max_len];
+copy_max_len = 100  # the test lengths are eval_lengths (exact-match accuracy of greedy copies)
+copy_eval_samples = 100  # copy: held-out sources per test length
 batch_size = 16  # sequences per micro-step, per process
 block_size = 2048  # training context length
 tokens_per_batch = 524288  # tokens per optimizer step, all processes and micro-steps together
 max_tokens = 40e9  # training tokens; max_iters = max_tokens // tokens_per_batch
 seed = 1337
-# model: every field of the model's config dataclass is a key (model.py has their defaults and meaning)
-model_type = 'transformer'
-globals().update({f.name: f.default for f in fields(TransformerConfig)})
-__annotations__.update({f.name: f.type for f in fields(TransformerConfig)})
+# model: every field of the models' config dataclasses is a key (model.py and mamba.py give their meaning)
+model_type = 'transformer'  # 'transformer' (model.py) or 'mamba2' (mamba.py)
+for _f in (f for _, cfg in checkpoint.MODELS.values() for f in fields(cfg)):
+    globals().setdefault(_f.name, _f.default)
+    __annotations__.setdefault(_f.name, _f.type)
 vocab_size: int | None = None  # None: the tokenizer's vocabulary, rounded up to a multiple of 64
 # regularization (dropout, dropout_type, vpad_variant and attn_dropout are model keys, above)
 weight_decay = 0.1  # 0.0 is the paper's "no-WD"
@@ -103,10 +109,18 @@ def say(*args):
 
 
 # data, and the batch arithmetic
-try:
-    train_data, val_data = TokenData(data_dir, 'train'), TokenData(data_dir, 'val')
-except FileNotFoundError as e:
-    raise SystemExit(str(e))
+if task == 'copy':
+    train_data = val_data = Copy(copy_vocab, copy_min_len, copy_max_len)
+    block_size = config['block_size'] = train_data.block_size  # the longest sequence, padded to
+    say(f"data: the Copy task, {copy_vocab} symbols, source lengths {copy_min_len}-{copy_max_len}, sequences padded to {block_size}")
+elif task == 'lm':
+    try:
+        train_data, val_data = TokenData(data_dir, 'train'), TokenData(data_dir, 'val')
+    except FileNotFoundError as e:
+        raise SystemExit(str(e))
+    say(f"data: {data_dir}, {len(train_data):,} train / {len(val_data):,} val tokens; tokenizer {train_data.meta['tokenizer']}")
+else:
+    raise SystemExit(f"config error: task must be 'lm' or 'copy', got {task!r}")
 per_micro = batch_size * block_size * world
 if tokens_per_batch % per_micro:
     raise SystemExit(f"config error: tokens_per_batch ({tokens_per_batch}) must be a multiple of "
@@ -115,7 +129,6 @@ grad_accum = tokens_per_batch // per_micro
 max_iters = int(max_tokens // tokens_per_batch)
 if vocab_size is None:
     vocab_size = config['vocab_size'] = -(-train_data.meta['vocab_size'] // 64) * 64
-say(f"data: {data_dir}, {len(train_data):,} train / {len(val_data):,} val tokens; tokenizer {train_data.meta['tokenizer']}")
 say(f"{max_iters:,} iterations of {tokens_per_batch:,} tokens = {world} processes x {grad_accum} micro-steps "
     f"x {batch_size} x {block_size}")
 
@@ -143,15 +156,20 @@ elif init_from == 'resume':
     optim_state = checkpoint.load(checkpoint.step_path(out_dir, start_iter, 'optim'))
     say(f"resuming {out_dir} at iteration {start_iter}")
 else:  # CPT: the architecture and weights of the checkpoint, with this run's regularization and windows
-    if not os.path.isfile(init_from):
-        raise SystemExit(f"init_from must be 'scratch', 'resume' or a checkpoint file; {init_from} is none of these")
-    ckpt = checkpoint.load(init_from)
-    if ckpt['tokenizer'] != train_data.meta['tokenizer']:
-        raise SystemExit(f"{init_from} was trained with tokenizer {ckpt['tokenizer']}, but {data_dir} is tokenized with "
+    if not os.path.exists(init_from):
+        raise SystemExit(f"init_from must be 'scratch', 'resume', a checkpoint file or a weights folder; "
+                         f"{init_from} is none of these")
+    ckpt = checkpoint.load_any(init_from)
+    if ckpt['tokenizer'] is None:
+        raise SystemExit(f"{init_from} has no tokenizer.json: copy in the tokenizer the model was trained with "
+                         f"(GPT-NeoX's for state-spaces/mamba2-*)")
+    if not same_tokenizer(ckpt['tokenizer'], train_data.meta['tokenizer']):
+        raise SystemExit(f"{init_from} was trained with tokenizer {ckpt['tokenizer']}, but the data is tokenized with "
                          f"{train_data.meta['tokenizer']}: prepare the data with the checkpoint's tokenizer")
-    runtime = ('dropout', 'dropout_type', 'vpad_variant', 'attn_dropout', 'window', 'attn_backend')
+    runtime = ('dropout', 'dropout_type', 'vpad_variant', 'attn_dropout', 'window', 'attn_backend', 'use_kernels')
     model_type = config['model_type'] = ckpt['model_type']
-    model_args = {**ckpt['model_args'], **{k: config[k] for k in runtime if k in config}}
+    known = {f.name for f in fields(checkpoint.MODELS[model_type][1])}
+    model_args = {**ckpt['model_args'], **{k: config[k] for k in runtime if k in known}}
     say(f"continued pre-training from {init_from} (step {ckpt['step']})")
 torch.manual_seed(seed)  # the initial weights
 model = checkpoint.build_model(model_type, model_args)
@@ -207,8 +225,8 @@ def all_sum(t):
 
 @torch.no_grad()
 def evaluate():
-    """Validation loss at the training length, and the mean per-position loss in the bands of
-    eval_lengths over windows that start at document starts. Shared among processes."""
+    """Validation loss at the training length; for lm the per-position loss (position_loss), for
+    copy the accuracy by length (copy_accuracy). Shared among processes."""
     raw_model.eval()
     acc = torch.zeros(2, device=device)  # loss sum, count
     for i in range(rank, eval_iters, world):
@@ -218,26 +236,42 @@ def evaluate():
         acc[1] += 1
     all_sum(acc)
     result = {'val_loss': (acc[0] / acc[1]).item()}
-    windows = val_data.long_windows(max(eval_lengths), eval_windows) if eval_lengths else None
-    if windows is None and eval_lengths:
-        say(f"(no validation document is longer than {max(eval_lengths)} tokens: no per-position loss)")
-    if windows is not None:
-        curve = torch.zeros(max(eval_lengths) + 1, device=device)  # summed loss per position, count
-        for w in windows[rank::world]:
-            w = w[None].to(device)
-            with autocast:
-                curve[:-1] += raw_model.position_losses(w[:, :-1], w[:, 1:], chunk_size=block_size)[0].float()
-            curve[-1] += 1
-        all_sum(curve)
-        curve = curve[:-1] / curve[-1]
-        bands, lo = {}, min(eval_lengths) // 2  # doubling bands; the first, (L/2, L], has at least L/2 of context
-        for hi in sorted(eval_lengths):
-            bands[f'{lo}-{hi}'] = curve[lo:hi].mean().item()
-            lo = hi
-        result['position_loss'] = bands
-        result['windows'] = len(windows)
+    if eval_lengths:
+        result.update(copy_accuracy() if task == 'copy' else position_loss())
     raw_model.train()
     return result
+
+
+def position_loss():
+    """Mean per-position loss in doubling bands of eval_lengths, (L1/2, L1], (L1, L2], ..., over
+    validation windows that start at document starts (the first band has at least L1/2 of context)."""
+    windows = val_data.long_windows(max(eval_lengths), eval_windows)
+    if windows is None:
+        say(f"(no validation document is longer than {max(eval_lengths)} tokens: no per-position loss)")
+        return {}
+    curve = torch.zeros(max(eval_lengths) + 1, device=device)  # summed loss per position, count
+    for w in windows[rank::world]:
+        w = w[None].to(device)
+        with autocast:
+            curve[:-1] += raw_model.position_losses(w[:, :-1], w[:, 1:], chunk_size=block_size)[0].float()
+        curve[-1] += 1
+    all_sum(curve)
+    curve = curve[:-1] / curve[-1]
+    bands, lo = {}, min(eval_lengths) // 2
+    for hi in sorted(eval_lengths):
+        bands[f'{lo}-{hi}'] = curve[lo:hi].mean().item()
+        lo = hi
+    return {'position_loss': bands, 'windows': len(windows)}
+
+
+def copy_accuracy():
+    """Exact-match accuracy of greedy copies at the source lengths eval_lengths, and the
+    fraction of copied tokens that are right."""
+    with autocast:
+        correct = train_data.correct_copies(raw_model, eval_lengths, copy_eval_samples, seed, device, rank=rank, world=world)
+    correct = (all_sum(correct) / copy_eval_samples).tolist()
+    return {'copy_accuracy': {str(L): c[0] for L, c in zip(eval_lengths, correct)},
+            'copy_token_accuracy': {str(L): c[1] for L, c in zip(eval_lengths, correct)}}
 
 
 def save_checkpoint(it):
@@ -262,7 +296,9 @@ def log(record):
 
 def print_eval(it, r):
     bands = '  '.join(f"{k}: {v:.4f}" for k, v in r.get('position_loss', {}).items())
-    say(f"iter {it}: val loss {r['val_loss']:.4f}" + (f" | per-position loss {bands}" if bands else ""))
+    copies = '  '.join(f"{k}: {v:.2f}" for k, v in r.get('copy_accuracy', {}).items())
+    say(f"iter {it}: val loss {r['val_loss']:.4f}" + (f" | per-position loss {bands}" if bands else "")
+        + (f" | copy accuracy by length {copies}" if copies else ""))
 
 
 say("config:\n" + "\n".join(f"  {k} = {v!r}" for k, v in config.items()))
@@ -330,5 +366,12 @@ if master and last and 'position_loss' in result:
     say(f"{'positions':>12}" + ''.join(f"{k:>12}" for k in bands))
     say(f"{'loss':>12}" + ''.join(f"{v:>12.4f}" for v in bands.values()))
     say(f"{'vs first':>12}" + ''.join(f"{v - base:>+12.4f}" for v in bands.values()))
+if master and last and 'copy_accuracy' in result:
+    accuracy = result['copy_accuracy']
+    say(f"\ncopy accuracy of {out_dir} at iteration {it}, trained on source lengths {copy_min_len}-{copy_max_len} "
+        f"({copy_eval_samples} held-out sources per length): exact-match copies, and the fraction of right tokens")
+    say(f"{'length':>10}" + ''.join(f"{k:>8}" for k in accuracy))
+    say(f"{'exact':>10}" + ''.join(f"{v:>8.2f}" for v in accuracy.values()))
+    say(f"{'tokens':>10}" + ''.join(f"{v:>8.2f}" for v in result['copy_token_accuracy'].values()))
 if ddp:
     dist.destroy_process_group()

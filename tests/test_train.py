@@ -1,6 +1,7 @@
 """train.py end to end on a tiny model: checkpoints, exact resume, CPT, schedules, DDP, errors."""
 
 import glob
+import json
 import os
 import subprocess
 import sys
@@ -109,8 +110,8 @@ def test_scratch_refuses_to_overwrite_a_run(straight, tiny_data):
     (['--data_dir=data/shakespeare/nonexistent'], "run `python data/shakespeare/prepare.py --tokenizer=nonexistent` first"),
     (['--tokens_per_batch=100'], "tokens_per_batch (100) must be a multiple of"),
     (['--schedule=linear'], "schedule must be 'wsd', 'constant' or 'cosine'"),
-    (['--init_from=nowhere/ckpt_000001.pt'], "init_from must be 'scratch', 'resume' or a checkpoint file"),
-    (['--model_type=rnn'], "model_type must be one of ['transformer']"),
+    (['--init_from=nowhere/ckpt_000001.pt'], "init_from must be 'scratch', 'resume', a checkpoint file or a weights folder"),
+    (['--model_type=rnn'], "model_type must be one of ['transformer', 'mamba2']"),
 ])
 def test_config_errors(tiny_data, tmp_path, args, message):
     r = run_train(*TINY, f'--data_dir={tiny_data}', f'--out_dir={tmp_path}', *args)
@@ -120,9 +121,11 @@ def test_config_errors(tiny_data, tmp_path, args, message):
 
 @pytest.mark.parametrize('config', sorted(glob.glob(os.path.join(ROOT, 'configs', '*.py'))))
 def test_every_config_resolves(config, tmp_path):
-    """Each config file passes the strict configurator (it then stops at the missing data)."""
-    r = run_train(config, f'--data_dir={tmp_path}/none/byte')
-    assert r.returncode != 0 and 'no train data in' in r.stderr, r.stderr
+    """Each config file passes the strict configurator; the run then stops at the missing data
+    (or, for the Copy task, which needs none, at the batch arithmetic)."""
+    r = run_train(config, f'--data_dir={tmp_path}/none/byte', '--tokens_per_batch=1')
+    assert r.returncode != 0
+    assert 'no train data in' in r.stderr or 'tokens_per_batch (1) must be a multiple' in r.stderr, r.stderr
 
 
 def test_nonfinite_loss_stops_and_keeps_the_last_good_checkpoint(tiny_data, tmp_path):
@@ -161,3 +164,73 @@ def test_ddp_on_cpu_with_gloo(tiny_data, tmp_path):
     assert checkpoint.steps(str(tmp_path)) == [4]
     losses = [x['loss'] for x in read_log(str(tmp_path))]
     assert len(losses) == 4 and losses[-1] < losses[0]
+
+
+MAMBA = ['--model_type=mamba2', '--n_embd=32', '--d_state=8', '--headdim=16', '--chunk_size=16']
+
+
+def test_mamba2_language_model(tiny_data, tmp_path):
+    r = run_train(*TINY, *MAMBA, f'--data_dir={tiny_data}', f'--out_dir={tmp_path}', '--dropout_type=pre_linear',
+                  '--dropout=0.1', '--ckpt_interval=8')
+    assert r.returncode == 0, r.stderr
+    # decayed: in_proj, conv1d and out_proj of each layer; not: A_log, D, dt_bias, conv bias, 2 norms, and the embedding
+    assert 'weight decay 0.1 on 6 tensors' in r.stdout and 'none on 14 tensors' in r.stdout
+    model, tok, ckpt = checkpoint.load_model(checkpoint.step_path(str(tmp_path), 8))
+    assert ckpt['model_type'] == 'mamba2' and type(model).__name__ == 'Mamba2'
+    assert model.config.dropout_type == 'pre_linear' and model.config.d_state == 8
+    evals = read_log(str(tmp_path), 'eval')
+    assert list(evals[-1]['position_loss']) == ['16-32', '32-64'] and evals[-1]['val_loss'] < evals[0]['val_loss']
+
+
+def test_copy_task(tmp_path):
+    r = run_train(*TINY, *MAMBA, '--task=copy', '--copy_vocab=12', '--copy_min_len=3', '--copy_max_len=6',
+                  '--batch_size=8', '--tokens_per_batch=112', '--max_tokens=448', '--eval_lengths=[6, 12]',
+                  '--copy_eval_samples=5', f'--out_dir={tmp_path}')
+    assert r.returncode == 0, r.stderr
+    assert 'sequences padded to 14' in r.stdout  # block_size follows copy_max_len
+    evals = read_log(str(tmp_path), 'eval')
+    assert set(evals[-1]['copy_accuracy']) == set(evals[-1]['copy_token_accuracy']) == {'6', '12'}
+    assert all(0 <= v <= 1 for v in evals[-1]['copy_token_accuracy'].values())
+    assert 'copy accuracy of' in r.stdout and 'exact' in r.stdout.split('copy accuracy of')[-1]
+    _, tok, _ = checkpoint.load_model(checkpoint.step_path(str(tmp_path), 4))
+    assert tok.spec == {'kind': 'symbols', 'n_vocab': 12, 'eot': 3} and tok.decode([4, 5]) == '4 5'
+
+
+def test_continued_pretraining_from_released_mamba2_weights(tmp_path):
+    """A state-spaces/mamba2-* folder (mamba_ssm names, pytorch_model.bin) with its tokenizer.json,
+    and data tokenized with that tokenizer: train.py starts from the released weights."""
+    from tokenizers import Tokenizer as HFTokenizer, decoders, models, pre_tokenizers, trainers
+    from mamba import Mamba2, Mamba2Config
+    from tokens import TokenData, Tokenizer, batch_rng, write_shard
+    hf = HFTokenizer(models.BPE())
+    hf.pre_tokenizer, hf.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
+    text = "the grass is green and the sky is blue while a sun shines over quiet hills. " * 40
+    hf.train_from_iterator([text], trainers.BpeTrainer(vocab_size=300, special_tokens=['<|endoftext|>']))
+    weights, data = tmp_path / 'mamba2-tiny', tmp_path / 'data' / 'x' / 'neox'
+    weights.mkdir(), data.mkdir(parents=True)
+    hf.save(str(weights / 'tokenizer.json'))
+    tok = Tokenizer({'kind': 'hf', 'path': str(weights / 'tokenizer.json')})
+    for split in ('train', 'val'):
+        write_shard(str(data / f'{split}.bin'), (tok.encode(text) + [tok.eot]) * 3, tok.n_vocab)
+    (data / 'meta.json').write_text(json.dumps({'tokenizer': tok.spec, 'vocab_size': tok.n_vocab, 'eot': tok.eot}))
+    torch.manual_seed(0)
+    released = Mamba2(Mamba2Config(vocab_size=tok.n_vocab, n_layer=2, n_embd=32, d_state=8, headdim=16, chunk_size=16))
+    torch.save({'backbone.' + k: v for k, v in released.state_dict().items()}, weights / 'pytorch_model.bin')
+    (weights / 'config.json').write_text(json.dumps({'d_model': 32, 'n_layer': 2, 'vocab_size': tok.n_vocab,
+                                                     'pad_vocab_size_multiple': 1, 'ssm_cfg': {
+                                                         'layer': 'Mamba2', 'd_state': 8, 'headdim': 16, 'chunk_size': 16}}))
+    out = tmp_path / 'cpt'
+    r = run_train(*TINY, f'--data_dir={data}', f'--out_dir={out}', f'--init_from={weights}', '--dropout_type=pre_norm',
+                  '--dropout=0.2', '--weight_decay=0.0', '--max_tokens=512', '--eval_lengths=[]')
+    assert r.returncode == 0, r.stderr
+    assert f'continued pre-training from {weights}' in r.stdout
+    model, _, ckpt = checkpoint.load_model(checkpoint.step_path(str(out), 2))
+    assert ckpt['model_type'] == 'mamba2' and ckpt['model_args']['dropout'] == 0.2
+    # the first evaluation is the released model's loss on the same validation batches
+    val = TokenData(str(data), 'val')
+    with torch.no_grad():
+        losses = [released.eval()(*val.batch(4, 32, batch_rng(1337, 1, i)))[1].item() for i in range(2)]
+    assert read_log(str(out), 'eval')[0]['val_loss'] == pytest.approx(sum(losses) / 2, abs=1e-5)
+    (weights / 'tokenizer.json').unlink()
+    r = run_train(*TINY, f'--data_dir={data}', f'--out_dir={tmp_path}/cpt2', f'--init_from={weights}')
+    assert r.returncode != 0 and 'has no tokenizer.json' in r.stderr
