@@ -257,9 +257,12 @@ class Mamba2(nn.Module):
             n -= self.embedding.weight.numel() * (1 if self.config.tie_embeddings else 2)
         return n
 
+    def new_cache(self):
+        return {}  # layer -> (conv inputs, SSM state)
+
     def hidden(self, idx, state=None):
         """Final-norm hidden states of idx (B, T), continuing the sequence whose per-layer states
-        are in the dict `state` (updated in place). (B, T, C)"""
+        are in `state` (new_cache(), updated in place). (B, T, C)"""
         x = self.embedding(idx)
         for i, block in enumerate(self.layers):
             x, layer_state = block(x, None if state is None else state.get(i))
@@ -278,7 +281,7 @@ class Mamba2(nn.Module):
     @torch.no_grad()
     def position_losses(self, idx, targets, chunk_size=1024):
         """Cross-entropy at every position (B, T) -> (B, T), chunk by chunk through the state."""
-        state, out = {}, []
+        state, out = self.new_cache(), []
         for s in range(0, idx.size(1), chunk_size):
             logits = self.lm_head(self.hidden(idx[:, s:s + chunk_size], state)).float()
             out.append(F.cross_entropy(logits.transpose(1, 2), targets[:, s:s + chunk_size], reduction='none', ignore_index=-1))
@@ -288,7 +291,7 @@ class Mamba2(nn.Module):
     def generate(self, idx, max_new_tokens, eos_id=None, chunk_size=1024):
         """Greedy decoding: chunked prefill of idx (B, T) into the recurrent state, then one
         constant-time step per token. Stops early once every row has produced eos_id."""
-        state = {}
+        state = self.new_cache()
         for s in range(0, idx.size(1), chunk_size):
             x = self.hidden(idx[:, s:s + chunk_size], state)
         out = [idx]

@@ -133,7 +133,11 @@ def attention(q, k, v, q_start, k_start, slopes=None, window=0, dropout_p=0.0, b
         return flex(q, k, v, q_start - k_start, slopes, window)
     if slopes is None and not window and q_start == k_start and Tq == Tk:  # lets SDPA pick a flash kernel
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p, enable_gqa=gqa)
-    # explicit mask: fine at training lengths and for query chunks of a long input
+    # explicit mask: fine at training lengths; queries go in slices that bound it to ~2^25 entries
+    rows = max(1, 2 ** 25 // (q.size(1) * Tk))
+    if Tq > rows:
+        return torch.cat([attention(q[:, :, i:i + rows], k, v, q_start + i, k_start, slopes, window, dropout_p, backend)
+                          for i in range(0, Tq, rows)], dim=2)
     dist = torch.arange(q_start, q_start + Tq, device=q.device)[:, None] - torch.arange(k_start, k_start + Tk, device=q.device)
     allowed = (dist >= 0) & (dist < window) if window else dist >= 0  # (Tq, Tk)
     if slopes is None:
@@ -315,13 +319,20 @@ class Transformer(nn.Module):
                 n -= self.lm_head.weight.numel()
         return n
 
+    def new_cache(self):
+        return KVCache()
+
     def hidden(self, idx, cache=None):
-        """Final-norm hidden states of idx (B, T), continuing the sequence held in cache. (B, T, C)"""
+        """Final-norm hidden states of idx (B, T), continuing the sequence held in cache
+        (new_cache(), updated in place). (B, T, C)"""
         T = idx.size(1)
         start = 0 if cache is None else cache.pos
         x = self.wte(idx)  # (B, T, C)
-        if self.wpe is not None:  # beyond block_size the last learned position is reused
-            x = x + self.wpe(torch.arange(start, start + T, device=idx.device).clamp(max=self.config.block_size - 1))
+        if self.wpe is not None:
+            if start + T > self.config.block_size:
+                raise ValueError(f"learned absolute positions cover block_size = {self.config.block_size} tokens; "
+                                 f"this input reaches {start + T}")
+            x = x + self.wpe(torch.arange(start, start + T, device=idx.device))
         rope = rope_cos_sin(start, T, self.head_dim, self.config.rope_theta, idx.device) if self.uses_rope else None
         for block in self.layers:
             x = block(x, rope, cache)
@@ -341,7 +352,7 @@ class Transformer(nn.Module):
     def position_losses(self, idx, targets, chunk_size=1024):
         """Cross-entropy at every position of a long input (B, T) -> (B, T), computed chunk by
         chunk through the KV cache: never T x T scores nor T x vocab logits at once."""
-        cache, out = KVCache(), []
+        cache, out = self.new_cache(), []
         for s in range(0, idx.size(1), chunk_size):
             logits = self.lm_head(self.hidden(idx[:, s:s + chunk_size], cache)).float()  # (B, chunk, V)
             out.append(F.cross_entropy(logits.transpose(1, 2), targets[:, s:s + chunk_size], reduction='none', ignore_index=-1))
@@ -351,7 +362,7 @@ class Transformer(nn.Module):
     def generate(self, idx, max_new_tokens, eos_id=None, chunk_size=1024):
         """Greedy decoding: chunked prefill of the prompt idx (B, T) into a KV cache, then one
         token at a time. Stops early once every row has produced eos_id. -> (B, T + new)"""
-        cache = KVCache()
+        cache = self.new_cache()
         for s in range(0, idx.size(1), chunk_size):
             x = self.hidden(idx[:, s:s + chunk_size], cache)
         out = [idx]

@@ -24,6 +24,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import checkpoint
 from configurator import configure
+from eval_loss import band_means, loss_curve
 from tasks import Copy
 from tokens import TokenData, batch_rng, same_tokenizer
 
@@ -176,6 +177,9 @@ model = checkpoint.build_model(model_type, model_args)
 if ckpt is not None:
     model.load_state_dict(ckpt['model'])
 model.to(device)
+if model_args.get('pos_encoding') == 'learned' and eval_lengths and max(eval_lengths) > block_size:
+    eval_lengths = [L for L in eval_lengths if L <= block_size]
+    say(f"learned absolute positions stop at block_size: per-position loss only up to {block_size}")
 say(f"{model_type}: {model.num_params() / 1e6:.2f}M parameters without embeddings, "
     f"{model.num_params(False) / 1e6:.2f}M in all")
 
@@ -249,19 +253,10 @@ def position_loss():
     if windows is None:
         say(f"(no validation document is longer than {max(eval_lengths)} tokens: no per-position loss)")
         return {}
-    curve = torch.zeros(max(eval_lengths) + 1, device=device)  # summed loss per position, count
-    for w in windows[rank::world]:
-        w = w[None].to(device)
-        with autocast:
-            curve[:-1] += raw_model.position_losses(w[:, :-1], w[:, 1:], chunk_size=block_size)[0].float()
-        curve[-1] += 1
-    all_sum(curve)
-    curve = curve[:-1] / curve[-1]
-    bands, lo = {}, min(eval_lengths) // 2
-    for hi in sorted(eval_lengths):
-        bands[f'{lo}-{hi}'] = curve[lo:hi].mean().item()
-        lo = hi
-    return {'position_loss': bands, 'windows': len(windows)}
+    total, n = loss_curve(raw_model, windows[rank::world], block_size, device, autocast)
+    total = all_sum(torch.cat([total, torch.tensor([float(n)], device=device)]))  # per position, then the count
+    edges = [min(eval_lengths) // 2] + sorted(eval_lengths)
+    return {'position_loss': band_means(total[:-1] / total[-1], edges), 'windows': len(windows)}
 
 
 def copy_accuracy():

@@ -52,6 +52,17 @@ def test_sdpa_and_flex_equal_naive_attention(pe, window, n_kv, q_start, k_start)
     torch.testing.assert_close(flex(q, k, v, q_start - k_start, slopes, window), ref, atol=1e-5, rtol=1e-5)
 
 
+def test_long_inputs_go_in_query_slices():
+    """Past 2^25 mask entries the queries are sliced; the output is the same as one explicit mask."""
+    torch.manual_seed(0)
+    q, k, v = torch.randn(1, 4, 3000, 8), torch.randn(1, 2, 3000, 8), torch.randn(1, 2, 3000, 8)
+    slopes = alibi_slopes(4, 'nape')
+    dist = torch.arange(3000)[:, None] - torch.arange(3000)
+    mask = (-slopes[:, None, None] * dist).masked_fill(dist < 0, float('-inf'))
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+    torch.testing.assert_close(attention(q, k, v, 0, 0, slopes), ref, atol=1e-5, rtol=1e-5)
+
+
 def test_alibi_slopes():
     assert alibi_slopes(8, 'nape').tolist() == pytest.approx([1, 1 / 2, 1 / 3, 1 / 4, 0, 0, 0, 0])  # first H/2 heads ALiBi, 1/h
     assert alibi_slopes(8, 'nape', 'exp').tolist() == [1, 1 / 2, 1 / 4, 1 / 8, 0, 0, 0, 0]
@@ -172,6 +183,13 @@ def test_every_dropout_is_the_identity_in_eval_mode(kind):
     idx = torch.randint(0, 61, (2, 16))
     assert not torch.allclose(reg.train()(idx, idx)[0], plain.train()(idx, idx)[0])  # active in training
     torch.testing.assert_close(reg.eval()(idx, idx)[0], plain.eval()(idx, idx)[0], atol=0, rtol=0)
+
+
+def test_learned_positions_stop_at_block_size():
+    m = Transformer(TransformerConfig(**SMALL, pos_encoding='learned')).eval()
+    m(torch.zeros(1, 64, dtype=torch.long))
+    with pytest.raises(ValueError, match='learned absolute positions cover block_size = 64 tokens; this input reaches 65'):
+        m(torch.zeros(1, 65, dtype=torch.long))
 
 
 def test_config_errors():

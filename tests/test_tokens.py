@@ -88,6 +88,7 @@ def test_documents_and_long_windows(docs_dir):
     starts = [int(x[0]) for x in w]
     assert starts == [11, 361, 111, 461, 211, 561, 661, 761, 861, 961] and w.shape == (10, 100)
     assert [int(x[0]) for x in data.long_windows(99, 3)] == [11, 361, 111]
+    assert [int(x[0]) for x in data.long_windows(99, 20, per_document=1)] == [11, 361]  # document starts only
     assert all(torch.equal(x, torch.arange(x[0], x[0] + 100)) for x in w)
     assert data.long_windows(800, 4) is None
 

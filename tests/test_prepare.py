@@ -1,4 +1,4 @@
-"""data/dclm_edu/prepare.py on small local files with DCLM-Edu's schema, offline, byte tokenizer."""
+"""The data preparation scripts on small local files, offline: DCLM-Edu's schema (byte tokenizer), arXiv papers."""
 
 import gzip
 import json
@@ -117,3 +117,21 @@ def test_refuses_existing_shards_unless_overwrite(tmp_path):
     assert [f for f in after if f.startswith('train')] == ['train_000000.bin']  # no stale train shards left
     assert [f for f in after if f.startswith('val')] == [f for f in sorted(before) if f.startswith('val')]
     assert len(TokenData(str(out), 'train')) == 100
+
+
+def test_common_pile_arxiv_keeps_long_papers_whole(tmp_path):
+    lengths = [50, 120, 30, 300, 101, 99, 150]
+    rows = [{'text': f"paper {i} " + 'x' * (n - len(f"paper {i} ")), 'id': str(i)} for i, n in enumerate(lengths)]
+    src = tmp_path / 'arxiv.jsonl'
+    src.write_text(''.join(json.dumps(r) + '\n' for r in rows))
+    out = tmp_path / 'out'
+    cmd = [sys.executable, 'data/common_pile_arxiv/prepare.py', f'--source={src}', '--tokenizer=byte', f'--out_dir={out}']
+    env = {**os.environ, 'HF_DATASETS_OFFLINE': '1', 'HF_HUB_OFFLINE': '1'}
+    r = subprocess.run(cmd + ['--min_tokens=100', '--docs=3', '--batch_docs=2'], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    val = TokenData(str(out), 'val')
+    docs = [Tokenizer({'kind': 'byte'}).decode(np.asarray(val.shards[0][a:b])) for _, a, b in val.doc_spans()]
+    assert docs == [rows[i]['text'] for i in (1, 3, 4)]  # the first three of at least 100 tokens, whole, in order
+    assert val.meta['min_tokens'] == 100 and val.meta['val']['documents'] == 3 and len(val.shards) == 1
+    r = subprocess.run(cmd + ['--min_tokens=1000', '--overwrite'], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert r.returncode != 0 and 'lower --min_tokens' in r.stderr

@@ -1,0 +1,128 @@
+"""
+NIAH-1, as RULER's niah_single_1 (the paper's Tables 1, 5, 8, 12): one 7-digit number under a
+word key, hidden at a random line of the repeated "The grass is green. ..." haystack, the prompt
+sized to each length with the model's own tokenizer, greedy answers of up to 128 tokens, scored
+by RULER's string_match_all. Also the classic view: the needle at fixed depths, a depth x length
+heatmap.
+
+    python eval_niah.py --ckpt=out/quickstart/ckpt_000488.pt --lengths="[1024, 2048, 4096, 8192, 16384]"
+
+Writes, next to the checkpoint: <ckpt>_niah.jsonl (every sample: its length in tokens, the
+answer, the prediction, the score; an interrupted run continues from it), <ckpt>_niah.json (the
+summary) and <ckpt>_niah.png (the heatmap). Takes any checkpoint or weights folder that
+checkpoint.load_model reads.
+"""
+
+import json
+import os
+import random
+import sys
+from contextlib import nullcontext
+
+import torch
+from tqdm import tqdm
+
+import ruler
+
+TASK = ruler.TASKS['niah_single_1']
+
+
+def niah_prompt(tokenizer, length, id, seed, depth=None, sizes=None, tokens_to_generate=128):
+    """The prompt of sample `id` at `length` tokens (a function of seed, id and depth alone, so a
+    resumed run rebuilds the same ones) -> (text, answers). sizes caches RULER's haystack size per length."""
+    sizes = {} if sizes is None else sizes
+    if length not in sizes:  # RULER sizes the haystack once per length, from a sample of its own
+        fit_rng = random.Random(f"{seed}/fit/{length}")
+        sizes[length] = ruler.fit(lambda n: ruler.niah(n, fit_rng, seed=seed, **TASK), tokenizer, length, tokens_to_generate)
+    rng = random.Random(f"{seed}/{id}")
+    return ruler.sample(lambda n: ruler.niah(n, rng, depth=depth, seed=seed, **TASK), sizes[length], tokenizer,
+                        length, tokens_to_generate)
+
+
+def evaluate(model, tokenizer, results, lengths, samples, depths=(), depth_samples=0, seed=42, tokens_to_generate=128,
+             device='cpu', chunk_size=1024, autocast=None):
+    """Run every sample not yet in results (a ruler.Results) -> {'niah_1': {length: score},
+    'depth_x_length': {depth: {length: score}}}, scores as RULER's (x100)."""
+    jobs = [('niah', L, i, None) for L in lengths for i in range(samples)] + \
+           [('depth', L, i, d) for d in depths for L in lengths for i in range(depth_samples)]
+    sizes = {}
+    for kind, L, i, depth in tqdm(jobs, desc='NIAH-1', unit='sample'):
+        id = f"{kind}/{L}/{i}" + ('' if depth is None else f"/{depth}")
+        if id in results:
+            continue
+        text, answers = niah_prompt(tokenizer, L, id, seed, depth, sizes, tokens_to_generate)
+        prediction = ruler.postprocess(ruler.predict(model, tokenizer, text, tokens_to_generate, device, chunk_size, autocast))
+        results.add({'id': id, 'kind': kind, 'length': L, 'depth': depth, 'tokens': len(tokenizer.encode(text)),
+                     'answers': answers, 'prediction': prediction, 'score': ruler.string_match_all(prediction, answers)})
+    rows = results.rows.values()
+
+    def mean(kind, L, depth=None):
+        return ruler.score([r['score'] for r in rows if r['kind'] == kind and r['length'] == L and r['depth'] == depth])
+    return {'niah_1': {L: mean('niah', L) for L in lengths},
+            'depth_x_length': {d: {L: mean('depth', L, d) for L in lengths} for d in depths}}
+
+
+def heatmap(path, heat, lengths, depths, title):
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    grid = [[heat[d][L] for L in lengths] for d in depths]
+    fig, ax = plt.subplots(figsize=(1.2 * len(lengths) + 2, 0.5 * len(depths) + 1.5))
+    im = ax.imshow(grid, cmap='RdYlGn', vmin=0, vmax=100, aspect='auto')
+    ax.set_xticks(range(len(lengths)), [ruler.length_label(L) for L in lengths])
+    ax.set_yticks(range(len(depths)), [f"{d}%" for d in depths])
+    for y, row in enumerate(grid):
+        for x, v in enumerate(row):
+            ax.text(x, y, f"{v:.0f}", ha='center', va='center', fontsize=8)
+    ax.set_xlabel('context length (tokens)')
+    ax.set_ylabel('needle depth')
+    ax.set_title(title)
+    fig.colorbar(im, ax=ax, label='score')
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+if __name__ == '__main__':
+    import checkpoint
+    from configurator import configure
+
+    # -------------------------------------------------------------------------
+    ckpt = ''  # a checkpoint file or a weights folder
+    lengths = [1024, 2048, 4096, 8192, 16384]  # prompt + tokens to generate, in the model's tokens
+    samples = 20  # NIAH-1 samples per length
+    depths = [0, 25, 50, 75, 100]  # needle depths (% of the haystack) for the heatmap; [] for none
+    depth_samples = 2  # samples per depth and length
+    seed = 42
+    tokens_to_generate = 128  # RULER's for the niah tasks
+    chunk_size = 1024  # prefill chunk: a long prompt's memory grows with chunk x length, not length^2
+    out = ''  # output prefix; default: the checkpoint's path without .pt, plus _niah
+    device = 'cuda' if torch.cuda.is_available() else 'cpu'
+    dtype = 'bfloat16' if torch.cuda.is_available() else 'float32'
+    # -------------------------------------------------------------------------
+    globals().update(configure(globals(), sys.argv[1:]))
+    if not ckpt:
+        raise SystemExit("give a checkpoint: --ckpt=out/quickstart/ckpt_000488.pt (or a weights folder)")
+    autocast = torch.autocast(device.split(':')[0], dtype=torch.bfloat16) if dtype == 'bfloat16' else nullcontext()
+    out = out or ckpt.removesuffix('.pt').rstrip('/') + '_niah'
+    try:
+        model, tokenizer, info = checkpoint.load_model(ckpt, device)
+    except (OSError, RuntimeError, ValueError) as e:
+        raise SystemExit(f"cannot load {ckpt}: {e}")
+    if tokenizer is None:
+        raise SystemExit(f"{ckpt} has no tokenizer (tokenizer.json): NIAH needs the model's own tokenizer")
+    if getattr(model.config, 'pos_encoding', None) == 'learned' and max(lengths) > model.config.block_size:
+        raise SystemExit(f"{ckpt} has learned absolute positions for {model.config.block_size} tokens: "
+                         f"it cannot take {max(lengths)}")
+
+    summary = evaluate(model, tokenizer, ruler.Results(out + '.jsonl'), lengths, samples, depths, depth_samples, seed,
+                       tokens_to_generate, device, chunk_size, autocast)
+    name = os.path.basename(ckpt.rstrip('/'))
+    print(f"\nNIAH-1 (RULER niah_single_1, {samples} samples per length, string_match_all x 100)")
+    print(f"{'model':<24}" + ''.join(f"{ruler.length_label(L):>8}" for L in lengths))
+    print(f"{name:<24}" + ''.join(f"{summary['niah_1'][L]:>8.1f}" for L in lengths))
+    with open(out + '.json', 'w') as f:
+        json.dump({'ckpt': ckpt, 'step': info['step'], 'task': 'niah_single_1', 'samples': samples, 'seed': seed,
+                   'depth_samples': depth_samples, **summary}, f, indent=2)
+    if depths:
+        heatmap(out + '.png', summary['depth_x_length'], lengths, depths, f"NIAH: {name}, {depth_samples} samples per cell")
+    print(f"wrote {out}.json, {out}.jsonl" + (f", {out}.png" if depths else ""))

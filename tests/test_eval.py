@@ -1,0 +1,169 @@
+"""ruler.py's NIAH prompts and metrics, eval_niah.py's harness (with a test double for the
+model), eval_loss.py against a direct full-sequence computation, and their errors."""
+
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+from dataclasses import asdict
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import checkpoint
+import eval_niah
+import ruler
+from conftest import ROOT
+from mamba import Mamba2, Mamba2Config
+from model import Transformer, TransformerConfig
+from tokens import TokenData, Tokenizer
+
+BYTE = Tokenizer({'kind': 'byte'})
+
+
+@pytest.mark.parametrize('kind,length', [('byte', 1024), ('byte', 4096), ('gpt2', 2048)])
+def test_niah_1_prompt_has_rulers_strings_and_fits(kind, length):
+    tok = Tokenizer({'kind': kind})
+    text, answers = eval_niah.niah_prompt(tok, length, 'niah/0', seed=42)
+    key = re.search(r'What is the special magic number for (\S+) mentioned', text).group(1)
+    assert re.fullmatch(r'[a-z]+(-[a-z]+)*-[a-zA-Z]+', key) and re.fullmatch(r'\d{7}', answers[0])
+    head = ("A special magic number is hidden within the following text. Make sure to memorize it. "
+            "I will quiz you about the number afterwards.\n")
+    tail = (f"\nWhat is the special magic number for {key} mentioned in the provided text? "
+            f"The special magic number for {key} mentioned in the provided text is")
+    assert text.startswith(head) and text.endswith(tail)
+    lines = text[len(head):-len(tail)].split('\n')
+    assert lines.count(f"One of the special magic numbers for {key} is: {answers[0]}.") == 1
+    assert all(line == ruler.NOISE for line in lines if not line.startswith('One of'))
+    n = len(tok.encode(text)) + 128
+    assert n <= length  # fits, with the 128 tokens to generate
+    assert n + len(tok.encode('\n' + ruler.NOISE)) + 10 > length  # and fills it, to within a line and a longer key
+    assert eval_niah.niah_prompt(tok, length, 'niah/0', seed=42) == (text, answers)  # a function of the seed and id
+    assert eval_niah.niah_prompt(tok, length, 'niah/1', seed=42) != (text, answers)
+
+
+def test_needle_depth():
+    lines = eval_niah.niah_prompt(BYTE, 4096, 'd', 42, depth=0)[0].split('\n')
+    assert lines[1].startswith('One of the special magic')
+    lines = eval_niah.niah_prompt(BYTE, 4096, 'd', 42, depth=100)[0].split('\n')
+    assert lines[-2].startswith('One of the special magic')
+    lines = eval_niah.niah_prompt(BYTE, 4096, 'd', 42, depth=50)[0].split('\n')
+    at = next(i for i, line in enumerate(lines) if line.startswith('One of'))
+    assert abs(at / len(lines) - 0.5) < 0.05
+
+
+def test_multi_needle_wording():
+    text, answers = ruler.niah(30, random.Random(0), num_needle_k=4, num_needle_v=1, num_needle_q=2)
+    assert text.startswith("Some special magic numbers are hidden") and " are all the special magic numbers for " in text
+    assert ', and ' in text and len(answers) == 2 and text.endswith("mentioned in the provided text are")
+
+
+def test_too_short_a_length_is_refused():
+    with pytest.raises(ValueError, match='too few for this task'):
+        eval_niah.niah_prompt(BYTE, 300, 'x', 42)
+
+
+def test_rulers_metrics():
+    assert ruler.string_match_all("The numbers are 123 and 456.", ['123', '456']) == 1.0
+    assert ruler.string_match_all("only 123", ['123', '456']) == 0.5  # partial
+    assert ruler.string_match_all("ABC-def", ['abc-DEF']) == 1.0  # case-insensitive
+    assert ruler.string_match_all("", ['123']) == 0.0  # empty
+    assert ruler.string_match_part("only 456", ['123', '456']) == 1.0 and ruler.string_match_part("none", ['1']) == 0.0
+    assert ruler.postprocess("  12\x0034\t5 \n") == "12\n34\n5"
+    assert ruler.score([1.0, 0.5, 0.0]) == 50.0 and ruler.score([1 / 3]) == 33.33
+
+
+class Oracle:
+    """A test double for the model: it finds the needle of the asked key in the prompt and
+    answers its number (or a wrong one), then end-of-text."""
+
+    def __init__(self, right=True):
+        self.right, self.calls = right, 0
+
+    def generate(self, idx, max_new_tokens, eos_id=None, chunk_size=1024):
+        self.calls += 1
+        text = BYTE.decode(idx[0].tolist())
+        key = re.findall(r'special magic number for (\S+) mentioned', text)[-1]
+        value = re.search(rf'for {re.escape(key)} is: (\d+)\.', text).group(1) if self.right else '0000000'
+        return torch.cat([idx, torch.tensor([BYTE.encode(f" {value}.") + [BYTE.eot]])], dim=1)
+
+
+def test_harness_scores_100_for_the_needle_and_0_without(tmp_path):
+    lengths, depths = [1024, 2048], [0, 100]
+    right = eval_niah.evaluate(Oracle(), BYTE, ruler.Results(str(tmp_path / 'a.jsonl')), lengths, 3, depths, 1)
+    assert right == {'niah_1': {1024: 100.0, 2048: 100.0}, 'depth_x_length': {0: {1024: 100.0, 2048: 100.0},
+                                                                              100: {1024: 100.0, 2048: 100.0}}}
+    wrong = eval_niah.evaluate(Oracle(right=False), BYTE, ruler.Results(str(tmp_path / 'b.jsonl')), lengths, 3)
+    assert wrong['niah_1'] == {1024: 0.0, 2048: 0.0}
+    # resumable: a second run over the same file asks the model nothing
+    again = Oracle(right=False)
+    assert eval_niah.evaluate(again, BYTE, ruler.Results(str(tmp_path / 'a.jsonl')), lengths, 3, depths, 1) == right
+    assert again.calls == 0
+    rows = [json.loads(line) for line in open(tmp_path / 'a.jsonl')]
+    assert len(rows) == 10 and rows[0]['prediction'] == rows[0]['answers'][0] + '.'
+
+
+@pytest.mark.parametrize('make', [lambda: Transformer(TransformerConfig(vocab_size=257, n_layer=2, n_head=4, n_embd=32)),
+                                  lambda: Mamba2(Mamba2Config(vocab_size=257, n_layer=2, n_embd=32, d_state=8, headdim=16,
+                                                              chunk_size=16))])
+def test_chunked_prefill_answers_equal_plain_ones(make):
+    torch.manual_seed(0)
+    model = make().eval()
+    text, _ = eval_niah.niah_prompt(BYTE, 1024, 'x', 42)
+    assert ruler.predict(model, BYTE, text, 24, 'cpu', chunk_size=37) == ruler.predict(model, BYTE, text, 24, 'cpu', chunk_size=4096)
+
+
+def save_tiny(path, data_dir, **changes):
+    torch.manual_seed(0)
+    config = TransformerConfig(vocab_size=257, n_layer=2, n_head=4, n_embd=32, block_size=32, **changes)
+    checkpoint.save({'model': Transformer(config).state_dict(), 'model_type': 'transformer', 'model_args': asdict(config),
+                     'tokenizer': {'kind': 'byte'}, 'step': 7, 'config': {'block_size': 32, 'data_dir': data_dir}}, str(path))
+    return str(path)
+
+
+def run(script, *args):
+    return subprocess.run([sys.executable, script, *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def test_eval_loss_equals_a_full_sequence_computation(tiny_data, tmp_path):
+    ckpt = save_tiny(tmp_path / 'ckpt_000007.pt', tiny_data)
+    r = run('eval_loss.py', f'--ckpt={ckpt}', '--max_length=128', '--smooth=8', '--chunk_size=24')
+    assert r.returncode == 0, r.stderr
+    result = json.load(open(tmp_path / 'ckpt_000007_loss.json'))
+    got = result['checkpoints'][ckpt]
+    windows = TokenData(tiny_data, 'val').long_windows(128, 16, per_document=1)
+    model = checkpoint.load_model(ckpt)[0]
+    with torch.no_grad():
+        direct = torch.stack([F.cross_entropy(model(w[None, :-1], w[None, 1:])[0][0], w[1:], reduction='none') for w in windows])
+    assert result['documents'] == len(windows) == 4
+    torch.testing.assert_close(torch.tensor(got['curve']), direct.mean(0), atol=1e-5, rtol=1e-5)
+    assert list(got['bands']) == ['<=1x', '1-2x', '2-4x'] and got['bands']['<=1x'] == pytest.approx(direct.mean(0)[:32].mean().item(), abs=1e-5)
+    assert got['smoothed'][10] == pytest.approx(direct.mean(0)[3:11].mean().item(), abs=1e-5)  # trailing window of 8
+    assert os.path.exists(tmp_path / 'ckpt_000007_loss.png') and '<=1x' in r.stdout
+
+
+def test_eval_errors(tiny_data, tmp_path):
+    ckpt = save_tiny(tmp_path / 'a.pt', tiny_data)
+    r = run('eval_loss.py', f'--ckpt={ckpt}', '--max_length=100000')
+    assert r.returncode != 0 and 'no document in' in r.stderr and 'the longest has' in r.stderr
+    learned = save_tiny(tmp_path / 'b.pt', tiny_data, pos_encoding='learned')
+    r = run('eval_loss.py', f'--ckpt={learned}', '--max_length=64')
+    assert r.returncode != 0 and 'learned absolute positions for 32 tokens: it cannot take 64' in r.stderr
+    r = run('eval_niah.py', f'--ckpt={learned}', '--lengths=[1024]')
+    assert r.returncode != 0 and 'learned absolute positions for 32 tokens: it cannot take 1024' in r.stderr
+    ckpt_gpt2 = checkpoint.load(ckpt)
+    ckpt_gpt2['tokenizer'] = {'kind': 'gpt2'}
+    checkpoint.save(ckpt_gpt2, str(tmp_path / 'c.pt'))
+    r = run('eval_loss.py', f'--ckpt={tmp_path / "c.pt"}', '--max_length=64')
+    assert r.returncode != 0 and 'is tokenized with' in r.stderr
+    weights = tmp_path / 'mamba-no-tokenizer'
+    weights.mkdir()
+    m = Mamba2(Mamba2Config(vocab_size=32, n_layer=1, n_embd=32, d_state=8, headdim=16))
+    torch.save({'backbone.' + k: v for k, v in m.state_dict().items()}, weights / 'pytorch_model.bin')
+    (weights / 'config.json').write_text(json.dumps({'d_model': 32, 'n_layer': 1, 'vocab_size': 32, 'ssm_cfg': {
+        'layer': 'Mamba2', 'd_state': 8, 'headdim': 16}}))
+    r = run('eval_niah.py', f'--ckpt={weights}', '--lengths=[1024]')
+    assert r.returncode != 0 and 'has no tokenizer' in r.stderr
