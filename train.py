@@ -369,4 +369,5 @@ if master and last and 'copy_accuracy' in result:
     say(f"{'exact':>10}" + ''.join(f"{v:>8.2f}" for v in accuracy.values()))
     say(f"{'tokens':>10}" + ''.join(f"{v:>8.2f}" for v in result['copy_token_accuracy'].values()))
 if ddp:
+    dist.barrier()  # every rank done (rank 0 was writing) before the group goes
     dist.destroy_process_group()
