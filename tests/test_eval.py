@@ -22,12 +22,13 @@ from model import Transformer, TransformerConfig
 from tokens import TokenData, Tokenizer
 
 BYTE = Tokenizer({'kind': 'byte'})
+DATA = ruler.Data()
 
 
 @pytest.mark.parametrize('kind,length', [('byte', 1024), ('byte', 4096), ('gpt2', 2048)])
 def test_niah_1_prompt_has_rulers_strings_and_fits(kind, length):
     tok = Tokenizer({'kind': kind})
-    text, answers = eval_niah.niah_prompt(tok, length, 'niah/0', seed=42)
+    text, answers = ruler.prompt('niah_single_1', tok, length, 'niah/0', 42, DATA, {})
     key = re.search(r'What is the special magic number for (\S+) mentioned', text).group(1)
     assert re.fullmatch(r'[a-z]+(-[a-z]+)*-[a-zA-Z]+', key) and re.fullmatch(r'\d{7}', answers[0])
     head = ("A special magic number is hidden within the following text. Make sure to memorize it. "
@@ -41,29 +42,29 @@ def test_niah_1_prompt_has_rulers_strings_and_fits(kind, length):
     n = len(tok.encode(text)) + 128
     assert n <= length  # fits, with the 128 tokens to generate
     assert n + len(tok.encode('\n' + ruler.NOISE)) + 10 > length  # and fills it, to within a line and a longer key
-    assert eval_niah.niah_prompt(tok, length, 'niah/0', seed=42) == (text, answers)  # a function of the seed and id
-    assert eval_niah.niah_prompt(tok, length, 'niah/1', seed=42) != (text, answers)
+    assert ruler.prompt('niah_single_1', tok, length, 'niah/0', 42, DATA, {}) == (text, answers)  # a function of the seed and id
+    assert ruler.prompt('niah_single_1', tok, length, 'niah/1', 42, DATA, {}) != (text, answers)
 
 
 def test_needle_depth():
-    lines = eval_niah.niah_prompt(BYTE, 4096, 'd', 42, depth=0)[0].split('\n')
+    lines = ruler.prompt('niah_single_1', BYTE, 4096, 'd', 42, DATA, {}, depth=0)[0].split('\n')
     assert lines[1].startswith('One of the special magic')
-    lines = eval_niah.niah_prompt(BYTE, 4096, 'd', 42, depth=100)[0].split('\n')
+    lines = ruler.prompt('niah_single_1', BYTE, 4096, 'd', 42, DATA, {}, depth=100)[0].split('\n')
     assert lines[-2].startswith('One of the special magic')
-    lines = eval_niah.niah_prompt(BYTE, 4096, 'd', 42, depth=50)[0].split('\n')
+    lines = ruler.prompt('niah_single_1', BYTE, 4096, 'd', 42, DATA, {}, depth=50)[0].split('\n')
     at = next(i for i, line in enumerate(lines) if line.startswith('One of'))
     assert abs(at / len(lines) - 0.5) < 0.05
 
 
 def test_multi_needle_wording():
-    text, answers = ruler.niah(30, random.Random(0), num_needle_k=4, num_needle_v=1, num_needle_q=2)
+    text, answers = ruler.niah(30, random.Random(0), DATA, num_needle_k=4, num_needle_v=1, num_needle_q=2)
     assert text.startswith("Some special magic numbers are hidden") and " are all the special magic numbers for " in text
     assert ', and ' in text and len(answers) == 2 and text.endswith("mentioned in the provided text are")
 
 
 def test_too_short_a_length_is_refused():
     with pytest.raises(ValueError, match='too few for this task'):
-        eval_niah.niah_prompt(BYTE, 300, 'x', 42)
+        ruler.prompt('niah_single_1', BYTE, 300, 'x', 42, DATA, {})
 
 
 def test_rulers_metrics():
@@ -112,7 +113,7 @@ def test_harness_scores_100_for_the_needle_and_0_without(tmp_path):
 def test_chunked_prefill_answers_equal_plain_ones(make):
     torch.manual_seed(0)
     model = make().eval()
-    text, _ = eval_niah.niah_prompt(BYTE, 1024, 'x', 42)
+    text, _ = ruler.prompt('niah_single_1', BYTE, 1024, 'x', 42, DATA, {})
     assert ruler.predict(model, BYTE, text, 24, 'cpu', chunk_size=37) == ruler.predict(model, BYTE, text, 24, 'cpu', chunk_size=4096)
 
 
@@ -167,3 +168,15 @@ def test_eval_errors(tiny_data, tmp_path):
         'layer': 'Mamba2', 'd_state': 8, 'headdim': 16}}))
     r = run('eval_niah.py', f'--ckpt={weights}', '--lengths=[1024]')
     assert r.returncode != 0 and 'has no tokenizer' in r.stderr
+
+
+def test_eval_ruler_script(tiny_data, tmp_path):
+    ckpt = save_tiny(tmp_path / 'ckpt_000007.pt', tiny_data)
+    r = run('eval_ruler.py', f'--ckpt={ckpt}', "--tasks=['niah_single_1', 'fwe', 'vt']", '--lengths=[1024, 2048]', '--samples=1')
+    assert r.returncode == 0, r.stderr
+    summary = json.load(open(tmp_path / 'ckpt_000007_ruler.json'))
+    assert set(summary['scores']) == {'niah_single_1', 'fwe', 'vt'} and summary['too_short'].keys() == {'vt/1024'}
+    assert summary['tasks_averaged'] == {'1024': 2, '2048': 3} and 'average' in r.stdout
+    assert len(open(tmp_path / 'ckpt_000007_ruler.jsonl').readlines()) == 5
+    r = run('eval_ruler.py', f'--ckpt={ckpt}', '--tasks=niah_single_7')
+    assert r.returncode != 0 and "unknown RULER task 'niah_single_7'" in r.stderr

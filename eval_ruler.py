@@ -1,0 +1,135 @@
+"""
+RULER (the paper's main long-context metric: Tables 1, 5, 8, 10, 11 and Figure 1): its 13
+tasks, generated offline with the model's own tokenizer (ruler.py) and scored as NVIDIA's RULER
+does: string_match_all for niah/vt/cwe/fwe, string_match_part for QA, the mean over tasks per
+length, and the count of empty predictions.
+
+    python eval_ruler.py --ckpt=out/quickstart/ckpt_000488.pt --lengths="[1024, 2048, 4096]" --samples=4
+    python eval_ruler.py --ckpt=... --tasks=synthetic            # or a list: --tasks="['vt', 'cwe']"
+
+tasks: a list of task names, or a named set of ruler.SUBSETS: 'paper' (all 13, RULER's headline
+average, which we take the paper's "RULER" to be), 'synthetic' (all but QA), 'niah'.
+Data: word lists from wonderwords; the essay haystack from --essay_dir (a folder of .txt files:
+Paul Graham's essays, as RULER) or else Shakespeare's plays; SQuAD v2 dev and HotpotQA dev
+(distractor) from --squad / --hotpotqa (the original JSON files) or else through `datasets`.
+A task whose data is missing is skipped and said so, never scored 0.
+Writes <ckpt>_ruler.jsonl (every sample; an interrupted run continues) and <ckpt>_ruler.json.
+"""
+
+import json
+import math
+import os
+import sys
+from contextlib import nullcontext
+
+import torch
+from tqdm import tqdm
+
+import ruler
+
+
+def evaluate(model, tokenizer, results, tasks, lengths, samples, seed, data, device='cpu', chunk_size=1024,
+             autocast=None, say=print):
+    """Run every sample not yet in results -> {'scores': {task: {length: score}} (nan where the
+    length is too short for the task), 'average': {length: mean over the tasks that ran},
+    'tasks_averaged', 'nulls': {task: {length: empty predictions}}, 'skipped': {task: why the data
+    is missing}, 'too_short': {task/length: why}}."""
+    skipped = {t: why for t in tasks if (why := data.missing(t))}
+    for why in skipped.values():
+        say(f"skipped {why}")
+    ran = [t for t in tasks if t not in skipped]
+    sizes, too_short = {}, {}
+    for task in ran:  # a length too short for a task's prompt is said before any sample runs, and left out
+        for L in lengths:
+            try:
+                ruler.prompt(task, tokenizer, L, 'check', seed, data, sizes)
+            except ValueError as e:
+                too_short[(task, L)] = str(e)
+                say(f"not run: {task} at {L} tokens: {e}")
+    if len(too_short) == len(ran) * len(lengths) and ran:
+        raise SystemExit("no task fits any of the lengths: ask for longer ones")
+    jobs = [(t, L, i) for t in ran for L in lengths for i in range(samples) if (t, L) not in too_short]
+    for task, L, i in tqdm(jobs, desc='RULER', unit='sample'):
+        id = f"{task}/{L}/{i}"
+        if id in results:
+            continue
+        kind = ruler.TASKS[task][0]
+        text, answers = ruler.prompt(task, tokenizer, L, id, seed, data, sizes, index=i)
+        prediction = ruler.postprocess(ruler.predict(model, tokenizer, text, ruler.TOKENS_TO_GENERATE[kind], device,
+                                                     chunk_size, autocast))
+        results.add({'id': id, 'task': task, 'length': L, 'tokens': len(tokenizer.encode(text)), 'answers': answers,
+                     'prediction': prediction, 'score': ruler.metric(task)(prediction, answers)})
+    rows = [r for r in results.rows.values() if r['task'] in ran and r['length'] in lengths]
+    scores = {t: {L: ruler.score([r['score'] for r in rows if r['task'] == t and r['length'] == L]) for L in lengths} for t in ran}
+    average = {}
+    for L in lengths:  # over the tasks that ran at this length
+        done = [scores[t][L] for t in ran if (t, L) not in too_short]
+        average[L] = round(sum(done) / len(done), 2) if done else math.nan
+    return {'scores': scores, 'average': average, 'tasks_averaged': {L: sum((t, L) not in too_short for t in ran) for L in lengths},
+            'nulls': {t: {L: sum(r['prediction'] == '' for r in rows if r['task'] == t and r['length'] == L) for L in lengths}
+                      for t in ran},
+            'skipped': skipped, 'too_short': {f"{t}/{L}": why for (t, L), why in too_short.items()}}
+
+
+def task_list(tasks):
+    names = ruler.SUBSETS[tasks] if isinstance(tasks, str) and tasks in ruler.SUBSETS else \
+        [tasks] if isinstance(tasks, str) else list(tasks)
+    unknown = [t for t in names if t not in ruler.TASKS]
+    if unknown:
+        raise SystemExit(f"unknown RULER task {unknown[0]!r}: the tasks are {', '.join(ruler.TASKS)}; "
+                         f"the named sets {', '.join(ruler.SUBSETS)}")
+    return names
+
+
+if __name__ == '__main__':
+    import checkpoint
+    from configurator import configure
+
+    # -------------------------------------------------------------------------
+    ckpt = ''  # a checkpoint file or a weights folder
+    tasks: str | list = 'paper'  # task names, or a named set of ruler.SUBSETS
+    lengths = [4096, 8192, 16384, 32768]  # prompt + tokens to generate, in the model's tokens
+    samples = 500  # per task and length (RULER's default)
+    seed = 42
+    essay_dir = ''  # a folder of .txt essays (RULER: Paul Graham's); default: Shakespeare's plays
+    squad = ''  # SQuAD v2 dev JSON (train-v2.0 layout); default: through `datasets`
+    hotpotqa = ''  # HotpotQA dev distractor JSON; default: through `datasets`
+    chunk_size = 1024  # prefill chunk
+    out = ''  # output prefix; default: the checkpoint's path without .pt, plus _ruler
+    device = 'cuda' if torch.cuda.is_available() else 'cpu'
+    dtype = 'bfloat16' if torch.cuda.is_available() else 'float32'
+    # -------------------------------------------------------------------------
+    globals().update(configure(globals(), sys.argv[1:]))
+    names = task_list(tasks)
+    if not ckpt:
+        raise SystemExit("give a checkpoint: --ckpt=out/quickstart/ckpt_000488.pt (or a weights folder)")
+    autocast = torch.autocast(device.split(':')[0], dtype=torch.bfloat16) if dtype == 'bfloat16' else nullcontext()
+    out = out or ckpt.removesuffix('.pt').rstrip('/') + '_ruler'
+    try:
+        model, tokenizer, info = checkpoint.load_model(ckpt, device)
+    except (OSError, RuntimeError, ValueError) as e:
+        raise SystemExit(f"cannot load {ckpt}: {e}")
+    if tokenizer is None:
+        raise SystemExit(f"{ckpt} has no tokenizer (tokenizer.json): RULER needs the model's own tokenizer")
+    if getattr(model.config, 'pos_encoding', None) == 'learned' and max(lengths) > model.config.block_size:
+        raise SystemExit(f"{ckpt} has learned absolute positions for {model.config.block_size} tokens: "
+                         f"it cannot take {max(lengths)}")
+
+    data = ruler.Data(essay_dir, squad, hotpotqa)
+    r = evaluate(model, tokenizer, ruler.Results(out + '.jsonl'), names, lengths, samples, seed, data, device,
+                 chunk_size, autocast)
+    print(f"\nRULER ({samples} samples per task and length; string_match_all, QA string_match_part; x100)")
+    print(f"{'task':<18}" + ''.join(f"{ruler.length_label(L):>8}" for L in lengths) + "   empty predictions")
+    for t, row in r['scores'].items():
+        print(f"{t:<18}" + ''.join(f"{v:>8.1f}" if not math.isnan(v) else f"{'-':>8}" for v in row.values())
+              + "   " + ' '.join(str(n) for n in r['nulls'][t].values()))
+    print(f"{'average':<18}" + ''.join(f"{v:>8.2f}" for v in r['average'].values()))
+    print(f"{'tasks averaged':<18}" + ''.join(f"{v:>8}" for v in r['tasks_averaged'].values()))
+    if r['skipped']:
+        print(f"not run: {', '.join(r['skipped'])} (their data is missing; see above)")
+    name = os.path.basename(ckpt.rstrip('/'))
+    print(f"\n{'RULER':<24}" + ''.join(f"{ruler.length_label(L):>8}" for L in lengths))
+    print(f"{name:<24}" + ''.join(f"{v:>8.2f}" for v in r['average'].values()))
+    with open(out + '.json', 'w') as f:
+        json.dump({'ckpt': ckpt, 'step': info['step'], 'tasks': names, 'samples': samples, 'seed': seed, **r}, f, indent=2)
+    print(f"wrote {out}.json and {out}.jsonl")
