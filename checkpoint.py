@@ -73,3 +73,23 @@ def load_model(path, device='cpu', **overrides):
     model = build_model(ckpt['model_type'], {**ckpt['model_args'], **overrides})
     model.load_state_dict(ckpt['model'])
     return model.to(device).eval(), Tokenizer(ckpt['tokenizer']) if ckpt['tokenizer'] else None, ckpt
+
+
+def load_for_eval(path, device, purpose):
+    """load_model for an eval script: a clear message (SystemExit) when the checkpoint cannot be
+    read or has no tokenizer (`purpose` needs the model's own)."""
+    try:
+        model, tokenizer, ckpt = load_model(path, device)
+    except (OSError, RuntimeError, ValueError) as e:
+        raise SystemExit(f"cannot load {path}: {e}")
+    if tokenizer is None:
+        raise SystemExit(f"{path} has no tokenizer (tokenizer.json): {purpose} needs the model's own tokenizer")
+    return model, tokenizer, ckpt
+
+
+def check_length(model, length, path):
+    """SystemExit if the model cannot take `length` tokens: learned absolute positions stop at block_size."""
+    c = model.config
+    if getattr(c, 'pos_encoding', None) == 'learned' and length > c.block_size:
+        raise SystemExit(f"{path} has learned absolute positions for {c.block_size} tokens: it cannot take {length}")
+

@@ -81,10 +81,7 @@ if __name__ == '__main__':
 
     results, data = {}, None
     for path in ckpts:
-        try:
-            model, tokenizer, info = checkpoint.load_model(path, device)
-        except (OSError, RuntimeError, ValueError) as e:
-            raise SystemExit(f"cannot load {path}: {e}")
+        model, tokenizer, info = checkpoint.load_for_eval(path, device, 'the per-position loss')
         trained_on = train_length or info.get('config', {}).get('block_size', 0)
         if not trained_on:
             raise SystemExit(f"{path} does not say its training length: give --train_length")
@@ -103,9 +100,7 @@ if __name__ == '__main__':
                                  f"(data/common_pile_arxiv/prepare.py)")
         if not same_tokenizer(info['tokenizer'], data.meta['tokenizer']):
             raise SystemExit(f"{path} uses tokenizer {info['tokenizer']}, {data_dir} is tokenized with {data.meta['tokenizer']}")
-        if getattr(model.config, 'pos_encoding', None) == 'learned' and max_length > model.config.block_size:
-            raise SystemExit(f"{path} has learned absolute positions for {model.config.block_size} tokens: "
-                             f"it cannot take {max_length}")
+        checkpoint.check_length(model, max_length, path)
         total, n = loss_curve(model, windows, chunk_size, device, autocast)
         curve = (total / n).cpu()
         results[path] = {'step': info['step'], 'train_length': trained_on, 'bands': length_bands(curve, trained_on),

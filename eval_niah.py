@@ -88,15 +88,8 @@ if __name__ == '__main__':
         raise SystemExit("give a checkpoint: --ckpt=out/quickstart/ckpt_000488.pt (or a weights folder)")
     autocast = torch.autocast(device.split(':')[0], dtype=torch.bfloat16) if dtype == 'bfloat16' else nullcontext()
     out = out or ckpt.removesuffix('.pt').rstrip('/') + '_niah'
-    try:
-        model, tokenizer, info = checkpoint.load_model(ckpt, device)
-    except (OSError, RuntimeError, ValueError) as e:
-        raise SystemExit(f"cannot load {ckpt}: {e}")
-    if tokenizer is None:
-        raise SystemExit(f"{ckpt} has no tokenizer (tokenizer.json): NIAH needs the model's own tokenizer")
-    if getattr(model.config, 'pos_encoding', None) == 'learned' and max(lengths) > model.config.block_size:
-        raise SystemExit(f"{ckpt} has learned absolute positions for {model.config.block_size} tokens: "
-                         f"it cannot take {max(lengths)}")
+    model, tokenizer, info = checkpoint.load_for_eval(ckpt, device, 'NIAH')
+    checkpoint.check_length(model, max(lengths), ckpt)
 
     summary = evaluate(model, tokenizer, ruler.Results(out + '.jsonl'), lengths, samples, depths, depth_samples, seed,
                        device, chunk_size, autocast)
