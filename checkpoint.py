@@ -9,6 +9,7 @@ beside it in optim_{step:06d}.pt, for resume.
 """
 
 import glob
+import json
 import os
 import re
 from dataclasses import asdict
@@ -16,7 +17,7 @@ from dataclasses import asdict
 import torch
 
 from mamba import Mamba2, Mamba2Config, load_pretrained
-from model import Transformer, TransformerConfig
+from model import Transformer, TransformerConfig, load_pretrained as load_smollm3
 from tokens import EOT, Tokenizer
 
 MODELS = {'transformer': (Transformer, TransformerConfig), 'mamba2': (Mamba2, Mamba2Config)}
@@ -30,17 +31,19 @@ def save(obj, path):
 
 
 def load(path, device='cpu'):
-    return torch.load(path, map_location=device, weights_only=True)
+    """Memory-mapped: processes that read one checkpoint share its pages."""
+    return torch.load(path, map_location=device, weights_only=True, mmap=True)
 
 
-def steps(out_dir, prefix='ckpt'):
-    """Sorted steps of the {prefix}_{step:06d}.pt files in out_dir."""
-    found = (re.fullmatch(rf'{prefix}_(\d+)\.pt', os.path.basename(p)) for p in glob.glob(os.path.join(out_dir, f'{prefix}_*.pt')))
+def steps(out_dir, prefix='ckpt', ext='.pt'):
+    """Sorted steps of the {prefix}_{step:06d}{ext} files (or folders) in out_dir."""
+    found = (re.fullmatch(rf'{prefix}_(\d+){re.escape(ext)}', os.path.basename(p))
+             for p in glob.glob(os.path.join(out_dir, f'{prefix}_*{ext}')))
     return sorted(int(m.group(1)) for m in found if m)
 
 
-def step_path(out_dir, step, prefix='ckpt'):
-    return os.path.join(out_dir, f'{prefix}_{step:06d}.pt')
+def step_path(out_dir, step, prefix='ckpt', ext='.pt'):
+    return os.path.join(out_dir, f'{prefix}_{step:06d}{ext}')
 
 
 def model_args(model):
@@ -55,15 +58,30 @@ def build_model(model_type, args):
 
 
 def load_any(path):
-    """A checkpoint file, or a folder of released weights (state-spaces/mamba2-* or transformers'
-    Mamba2), as a checkpoint dict: model, model_type, model_args, tokenizer (None if the folder
-    has no tokenizer.json), step."""
+    """A checkpoint file, or a folder of released weights (transformers' SmolLM3; state-spaces'
+    or transformers' Mamba2), as a checkpoint dict: model, model_type, model_args, tokenizer
+    (None if the folder has no tokenizer.json), step."""
     if not os.path.isdir(path):
         return load(path)
-    args, state = load_pretrained(path)
-    tok = os.path.join(path, 'tokenizer.json')
-    spec = {'kind': 'hf', 'path': os.path.abspath(tok), 'eot': EOT} if os.path.exists(tok) else None
-    return {'model': state, 'model_type': 'mamba2', 'model_args': args, 'tokenizer': spec, 'step': 0}
+    config = os.path.join(path, 'config.json')
+    if not os.path.exists(config):
+        raise ValueError(f"{path} is a folder without config.json: not a SmolLM3 or Mamba2 checkpoint")
+    with open(config) as f:
+        kind = json.load(f)
+    kind = 'mamba2' if 'd_model' in kind or kind.get('model_type') == 'mamba2' else kind.get('model_type')
+    if kind not in ('smollm3', 'mamba2'):
+        raise ValueError(f"{path} holds a {kind!r} model: only SmolLM3 and Mamba2 folders load")
+    args, state = (load_pretrained if kind == 'mamba2' else load_smollm3)(path)
+    tokenizer = None
+    if os.path.exists(os.path.join(path, 'tokenizer.json')):
+        eot = EOT if kind == 'mamba2' else '<|end_of_text|>'
+        if os.path.exists(os.path.join(path, 'tokenizer_config.json')):  # the eos token it names, if any
+            with open(os.path.join(path, 'tokenizer_config.json')) as f:
+                eos = json.load(f).get('eos_token') or eot
+            eot = eos['content'] if isinstance(eos, dict) else eos
+        tokenizer = {'kind': 'hf', 'path': os.path.abspath(os.path.join(path, 'tokenizer.json')), 'eot': eot}
+    return {'model': state, 'model_type': 'mamba2' if kind == 'mamba2' else 'transformer', 'model_args': args,
+            'tokenizer': tokenizer, 'step': 0}
 
 
 def load_model(path, device='cpu', **overrides):
@@ -72,14 +90,19 @@ def load_model(path, device='cpu', **overrides):
     ckpt = load_any(path)
     model = build_model(ckpt['model_type'], {**ckpt['model_args'], **overrides})
     model.load_state_dict(ckpt['model'])
-    return model.to(device).eval(), Tokenizer(ckpt['tokenizer']) if ckpt['tokenizer'] else None, ckpt
+    tokenizer = Tokenizer(ckpt['tokenizer']) if ckpt['tokenizer'] else None
+    if tokenizer and tokenizer.n_vocab > model.config.vocab_size:
+        raise ValueError(f"its tokenizer has {tokenizer.n_vocab} tokens, more than the model's vocabulary "
+                         f"of {model.config.vocab_size}: not the model's own tokenizer")
+    return model.to(device).eval(), tokenizer, ckpt
 
 
-def load_for_eval(path, device, purpose):
+def load_for_eval(path, device, purpose, window=None):
     """load_model for an eval script: a clear message (SystemExit) when the checkpoint cannot be
-    read or has no tokenizer (`purpose` needs the model's own)."""
+    read or has no tokenizer (`purpose` needs the model's own). window: replaces the model's
+    sliding windows (an int for every layer, or a list), e.g. the paper's "SW" without CPT."""
     try:
-        model, tokenizer, ckpt = load_model(path, device)
+        model, tokenizer, ckpt = load_model(path, device, **({} if window is None else {'window': window}))
     except (OSError, RuntimeError, ValueError) as e:
         raise SystemExit(f"cannot load {path}: {e}")
     if tokenizer is None:

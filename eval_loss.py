@@ -68,6 +68,7 @@ if __name__ == '__main__':
     windows_per_doc = 1  # > 1: also the next windows of each document (they start mid-document)
     smooth = 512  # moving-average window, as the paper's figures
     chunk_size = 1024
+    window: int | list | None = None  # replaces the models' sliding windows (e.g. the paper's "SW" without CPT)
     out = ''  # default: next to the first checkpoint, <ckpt>_loss
     device = 'cuda' if torch.cuda.is_available() else 'cpu'
     dtype = 'bfloat16' if torch.cuda.is_available() else 'float32'
@@ -81,7 +82,7 @@ if __name__ == '__main__':
 
     results, data = {}, None
     for path in ckpts:
-        model, tokenizer, info = checkpoint.load_for_eval(path, device, 'the per-position loss')
+        model, tokenizer, info = checkpoint.load_for_eval(path, device, 'the per-position loss', window)
         trained_on = train_length or info.get('config', {}).get('block_size', 0)
         if not trained_on:
             raise SystemExit(f"{path} does not say its training length: give --train_length")

@@ -78,6 +78,7 @@ if __name__ == '__main__':
     depths = [0, 25, 50, 75, 100]  # needle depths (% of the haystack) for the heatmap; [] for none
     depth_samples = 2  # samples per depth and length
     seed = 42
+    window: int | list | None = None  # replaces the model's sliding windows (e.g. the paper's "SW" without CPT)
     chunk_size = 1024  # prefill chunk: a long prompt's memory grows with chunk x length, not length^2
     out = ''  # output prefix; default: the checkpoint's path without .pt, plus _niah
     device = 'cuda' if torch.cuda.is_available() else 'cpu'
@@ -88,7 +89,7 @@ if __name__ == '__main__':
         raise SystemExit("give a checkpoint: --ckpt=out/quickstart/ckpt_000488.pt (or a weights folder)")
     autocast = torch.autocast(device.split(':')[0], dtype=torch.bfloat16) if dtype == 'bfloat16' else nullcontext()
     out = out or ckpt.removesuffix('.pt').rstrip('/') + '_niah'
-    model, tokenizer, info = checkpoint.load_for_eval(ckpt, device, 'NIAH')
+    model, tokenizer, info = checkpoint.load_for_eval(ckpt, device, 'NIAH', window)
     checkpoint.check_length(model, max(lengths), ckpt)
 
     summary = evaluate(model, tokenizer, ruler.Results(out + '.jsonl'), lengths, samples, depths, depth_samples, seed,

@@ -94,6 +94,7 @@ if __name__ == '__main__':
     essay_dir = ''  # a folder of .txt essays (RULER: Paul Graham's); default: Shakespeare's plays
     squad = ''  # SQuAD v2 dev JSON (train-v2.0 layout); default: through `datasets`
     hotpotqa = ''  # HotpotQA dev distractor JSON; default: through `datasets`
+    window: int | list | None = None  # replaces the model's sliding windows (e.g. the paper's "SW" without CPT)
     chunk_size = 1024  # prefill chunk
     out = ''  # output prefix; default: the checkpoint's path without .pt, plus _ruler
     device = 'cuda' if torch.cuda.is_available() else 'cpu'
@@ -105,7 +106,7 @@ if __name__ == '__main__':
         raise SystemExit("give a checkpoint: --ckpt=out/quickstart/ckpt_000488.pt (or a weights folder)")
     autocast = torch.autocast(device.split(':')[0], dtype=torch.bfloat16) if dtype == 'bfloat16' else nullcontext()
     out = out or ckpt.removesuffix('.pt').rstrip('/') + '_ruler'
-    model, tokenizer, info = checkpoint.load_for_eval(ckpt, device, 'RULER')
+    model, tokenizer, info = checkpoint.load_for_eval(ckpt, device, 'RULER', window)
     checkpoint.check_length(model, max(lengths), ckpt)
 
     data = ruler.Data(essay_dir, squad, hotpotqa)

@@ -15,7 +15,11 @@ paper's regularizers inline where they act.
 """
 
 import functools
+import json
 import math
+import os
+import re
+import shutil
 from dataclasses import dataclass
 
 import torch
@@ -47,8 +51,8 @@ class TransformerConfig:
     norm_eps: float = 1e-5
     bias: bool = False  # biases in the linear layers (and the LayerNorms)
     tie_embeddings: bool = True
-    pos_encoding: str | list = 'nape'  # one of POS_ENCODINGS, or a list with one per layer
-    window: int | list = 0  # sliding window in keys (0 = full attention), or a list with one per layer
+    pos_encoding: str | list = 'nape'  # one of POS_ENCODINGS, or a list: one per layer, or a pattern that repeats
+    window: int | list = 0  # sliding window of W keys, the current one included (0: full); or a list, as above
     rope_theta: float = 10000.0
     nape_slopes: str = 'linear'  # NAPE's ALiBi slopes: 'linear' (1/h) or 'exp' (1/2^(h-1))
     dropout: float = 0.0  # p of the dropout at the dropout_type's sites
@@ -59,12 +63,13 @@ class TransformerConfig:
 
     def __post_init__(self):
         L = self.n_layer
-        for name in ('pos_encoding', 'window'):
+        for name in ('pos_encoding', 'window'):  # per-layer lists; a shorter pattern repeats
             value = getattr(self, name)
             if isinstance(value, (list, tuple)):
-                if len(value) != L:
-                    raise ValueError(f"{name} has {len(value)} entries but n_layer = {L}")
-                setattr(self, name, list(value))
+                if not value or L % len(value):
+                    raise ValueError(f"{name} has {len(value)} entries but n_layer = {L}: give one per layer, "
+                                     f"or a pattern whose length divides {L}")
+                setattr(self, name, list(value) * (L // len(value)))
         for p in self.layer_pos_encodings():
             if p not in POS_ENCODINGS:
                 raise ValueError(f"unknown pos_encoding {p!r}; choose one of {POS_ENCODINGS}")
@@ -380,3 +385,118 @@ class Transformer(nn.Module):
         H = self.config.n_head
         attn = sum(12 * H * self.head_dim * (min(T, w) if w else T) for w in self.config.layer_windows())
         return 6 * self.num_params() + attn
+
+
+# -----------------------------------------------------------------------------
+# SmolLM3 weights in the Hugging Face layout: config.json, (sharded) safetensors, tokenizer files
+
+def hf_name(name):
+    """Our parameter name -> transformers' SmolLM3 (Llama) name."""
+    name = re.sub(r'^layers\.(\d+)\.norm1\.', r'model.layers.\1.input_layernorm.', name)
+    name = re.sub(r'^layers\.(\d+)\.norm2\.', r'model.layers.\1.post_attention_layernorm.', name)
+    name = re.sub(r'^layers\.(\d+)\.attn\.', r'model.layers.\1.self_attn.', name)
+    name = re.sub(r'^layers\.(\d+)\.mlp\.', r'model.layers.\1.mlp.', name)
+    return {'wte.weight': 'model.embed_tokens.weight', 'norm_f.weight': 'model.norm.weight'}.get(name, name)
+
+
+def smollm3_args(cfg):
+    """transformers' SmolLM3 config (a dict) -> TransformerConfig arguments. The sliding windows
+    come from `layer_types` when given, else by transformers' own rule (its NoPE layers slide)."""
+    if cfg.get('model_type') != 'smollm3':
+        raise ValueError(f"not a SmolLM3 checkpoint: its config.json has model_type {cfg.get('model_type')!r}")
+    rope = cfg.get('rope_parameters') or {'rope_theta': cfg.get('rope_theta', 2e6), 'rope_type': cfg.get('rope_scaling') or 'default'}
+    if rope.get('rope_type', 'default') != 'default' or cfg.get('hidden_act', 'silu') != 'silu' or cfg.get('mlp_bias'):
+        raise ValueError(f"only default RoPE, SiLU and bias-free MLPs are supported, not {rope}, "
+                         f"{cfg.get('hidden_act')}, mlp_bias={cfg.get('mlp_bias')}")
+    L = cfg['num_hidden_layers']
+    has_rope = cfg.get('no_rope_layers') or [int((i + 1) % cfg.get('no_rope_layer_interval', 4) != 0) for i in range(L)]
+    types = cfg.get('layer_types') or ['sliding_attention' if cfg.get('use_sliding_window') and cfg.get('sliding_window')
+                                       and not r else 'full_attention' for r in has_rope]  # transformers: NoPE layers slide
+    args = dict(vocab_size=cfg['vocab_size'], block_size=cfg.get('max_position_embeddings', 4096), n_layer=L,
+                n_head=cfg['num_attention_heads'], n_kv_head=cfg['num_key_value_heads'], n_embd=cfg['hidden_size'],
+                head_dim=cfg.get('head_dim') or cfg['hidden_size'] // cfg['num_attention_heads'],
+                ffn_dim=cfg['intermediate_size'], mlp='swiglu', norm='rmsnorm', norm_eps=cfg['rms_norm_eps'],
+                bias=cfg.get('attention_bias', False), tie_embeddings=cfg.get('tie_word_embeddings', True),
+                pos_encoding=['rope' if r else 'nope' for r in has_rope], rope_theta=float(rope['rope_theta']),
+                window=[cfg['sliding_window'] if t == 'sliding_attention' else 0 for t in types])
+    return args
+
+
+def load_pretrained(folder):
+    """A Hugging Face SmolLM3 folder (config.json, model.safetensors or shards with their index)
+    -> (TransformerConfig arguments, state dict)."""
+    with open(os.path.join(folder, 'config.json')) as f:
+        args = smollm3_args(json.load(f))
+    from safetensors.torch import load_file
+    index = os.path.join(folder, 'model.safetensors.index.json')
+    if os.path.exists(index):
+        with open(index) as f:
+            files = sorted(set(json.load(f)['weight_map'].values()))
+    else:
+        files = ['model.safetensors']
+    missing = [f for f in files if not os.path.exists(os.path.join(folder, f))]
+    if missing:
+        raise FileNotFoundError(f"{folder} lacks {len(missing)} of its {len(files)} weight files: {', '.join(missing[:3])}")
+    theirs = {}
+    for f in files:
+        theirs.update(load_file(os.path.join(folder, f)))
+    with torch.device('meta'):  # our names, without building the weights
+        ours = {hf_name(k): k for k in Transformer(TransformerConfig(**args)).state_dict()}
+    state = {ours[k]: v for k, v in theirs.items() if k in ours}
+    if args['tie_embeddings']:  # the head is the embedding (and usually absent from the files)
+        state['lm_head.weight'] = state['wte.weight']
+    return args, state
+
+
+def save_pretrained(model, folder, source_dir=None, shard_bytes=5 * 2 ** 30, dtype=torch.bfloat16):
+    """Write a model as a Hugging Face SmolLM3 folder (config.json, sharded safetensors with their
+    index, and the tokenizer files and token ids of source_dir, the folder the weights came from),
+    loadable by transformers and lm-eval."""
+    from safetensors.torch import save_file
+    c = model.config
+    pos, windows = c.layer_pos_encodings(), c.layer_windows()
+    if c.mlp != 'swiglu' or c.norm != 'rmsnorm' or c.bias or set(pos) - {'rope', 'nope'} or len(set(windows) - {0}) > 1:
+        raise ValueError("SmolLM3's layout needs SwiGLU, RMSNorm, no biases, RoPE or NoPE layers and one window size")
+    source = {}
+    if source_dir and os.path.exists(os.path.join(source_dir, "config.json")):
+        with open(os.path.join(source_dir, "config.json")) as f:
+            source = json.load(f)
+    W = max(windows)
+    cfg = {'architectures': ['SmolLM3ForCausalLM'], 'model_type': 'smollm3', 'vocab_size': c.vocab_size,
+           'hidden_size': c.n_embd, 'intermediate_size': c.ffn_dim or 4 * c.n_embd, 'num_hidden_layers': c.n_layer,
+           'num_attention_heads': c.n_head, 'num_key_value_heads': c.n_kv_head or c.n_head, 'head_dim': model.head_dim,
+           'hidden_act': 'silu', 'rms_norm_eps': c.norm_eps, 'attention_bias': False, 'mlp_bias': False,
+           'rope_parameters': {'rope_theta': c.rope_theta, 'rope_type': 'default'},
+           'no_rope_layers': [int(p == 'rope') for p in pos], 'use_sliding_window': bool(W), 'sliding_window': W or None,
+           'layer_types': ['sliding_attention' if w else 'full_attention' for w in windows],
+           'max_position_embeddings': source.get('max_position_embeddings', c.block_size),
+           'tie_word_embeddings': c.tie_embeddings, 'torch_dtype': str(dtype).removeprefix('torch.'),
+           **{k: source[k] for k in ('bos_token_id', 'eos_token_id', 'pad_token_id') if k in source}}
+    tmp = folder.rstrip('/') + '.tmp'
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    state = {hf_name(k): v.detach().to('cpu', dtype).contiguous() for k, v in model.state_dict().items()
+             if not (c.tie_embeddings and k == 'lm_head.weight')}
+    shards, size = [{}], 0
+    for k, v in state.items():
+        if size and size + v.numel() * v.element_size() > shard_bytes:
+            shards.append({})
+            size = 0
+        shards[-1][k] = v
+        size += v.numel() * v.element_size()
+    weight_map = {}
+    for i, shard in enumerate(shards):
+        name = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" if len(shards) > 1 else 'model.safetensors'
+        save_file(shard, os.path.join(tmp, name), metadata={'format': 'pt'})
+        weight_map.update({k: name for k in shard})
+    if len(shards) > 1:
+        with open(os.path.join(tmp, 'model.safetensors.index.json'), 'w') as f:
+            json.dump({'metadata': {'total_size': sum(v.numel() * v.element_size() for v in state.values())},
+                       'weight_map': weight_map}, f, indent=2)
+    with open(os.path.join(tmp, 'config.json'), 'w') as f:
+        json.dump(cfg, f, indent=2)
+    for name in ('tokenizer.json', 'tokenizer_config.json', 'special_tokens_map.json', 'generation_config.json'):
+        if source_dir and os.path.exists(os.path.join(source_dir, name)):
+            shutil.copy(os.path.join(source_dir, name), tmp)
+    shutil.rmtree(folder, ignore_errors=True)
+    os.replace(tmp, folder)

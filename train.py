@@ -9,17 +9,22 @@ Every global below is a config key: set it in a config file or as --key=value (c
 The whole resolved config is printed and stored in every checkpoint.
 """
 
+import functools
 import json
 import math
 import os
+import shutil
 import sys
 import time
 from contextlib import nullcontext
 from dataclasses import fields
 
-import numpy as np
 import torch
 import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+import torch.utils.checkpoint
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_optimizer_state_dict,
+                                                     set_optimizer_state_dict)
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import checkpoint
@@ -34,7 +39,7 @@ out_dir = 'out'
 init_from = 'scratch'  # 'scratch', 'resume' (the newest checkpoint in out_dir) or a checkpoint path (CPT)
 log_interval = 10  # iterations between log lines (also written to out_dir/log.jsonl)
 eval_interval = 500  # iterations between evaluations (and at the end)
-ckpt_interval = 1000  # iterations between checkpoints (and at the end); every one is kept
+ckpt_interval = 1000  # iterations between checkpoints (and at the end); see keep_last
 halt_at = 0  # if > 0, checkpoint and exit at this iteration; the schedule is unchanged (resume later)
 # evaluation
 eval_iters = 20  # validation batches at the training length
@@ -73,15 +78,20 @@ grad_clip = 1.0  # 0 disables clipping
 device = 'auto'  # 'auto' (cuda, mps, else cpu), or e.g. 'cpu', 'cuda'
 dtype = 'auto'  # 'auto' (bfloat16 on CUDA, float32 elsewhere), 'bfloat16' or 'float32'
 compile: bool | None = None  # torch.compile; None: on for CUDA, off elsewhere
+parallel = 'ddp'  # under torchrun: 'ddp' (a replica per process) or 'fsdp' (FSDP2: weights, gradients, optimizer sharded)
+activation_checkpointing = False  # recompute each block in the backward pass: less memory, about 30% more compute
+keep_last = 0  # keep only the newest N model checkpoints; 0 keeps all (checkpoint averaging needs the last K)
 # -----------------------------------------------------------------------------
 config = configure(globals(), sys.argv[1:])
 globals().update(config)
 
 # distributed setup: one process per GPU under torchrun (NCCL), or per CPU process (gloo)
-ddp = 'RANK' in os.environ
+distributed = 'RANK' in os.environ
 if device == 'auto':
     device = 'cuda' if torch.cuda.is_available() else 'mps' if torch.backends.mps.is_available() else 'cpu'
-if ddp:
+if parallel not in ('ddp', 'fsdp'):
+    raise SystemExit(f"config error: parallel must be 'ddp' or 'fsdp', got {parallel!r}")
+if distributed:
     dist.init_process_group(backend='nccl' if device.startswith('cuda') else 'gloo')
     rank, world = dist.get_rank(), dist.get_world_size()
     if device.startswith('cuda'):
@@ -90,6 +100,9 @@ if ddp:
 else:
     rank, world = 0, 1
 master = rank == 0
+fsdp = distributed and parallel == 'fsdp'
+# evaluation is split among DDP processes; FSDP processes must all run every forward, so each does it all
+eval_rank, eval_world = (0, 1) if fsdp else (rank, world)
 device_type = 'cuda' if device.startswith('cuda') else device
 if dtype == 'auto':
     dtype = 'bfloat16' if device_type == 'cuda' and torch.cuda.is_bf16_supported() else 'float32'
@@ -107,6 +120,23 @@ if device_type == 'cuda':
 def say(*args):
     if master:
         print(*args, flush=True)
+
+
+def memory_estimate(model):
+    """Memory per process by a rule of thumb, said before training: float32 weights, gradients
+    and AdamW's two moments (16 bytes a parameter, divided among FSDP processes); activations
+    (Korthikanti et al. 2022: about 34 bytes per token and unit of width in a layer, in bf16;
+    with activation checkpointing a block input per layer plus one block); the logits (bf16,
+    their float32 copy and its gradient: 10 bytes per token and vocabulary entry)."""
+    c, tokens = model.config, batch_size * block_size
+    states = 16 * model.num_params(False) / (world if fsdp else 1)
+    layer = 34 * tokens * c.n_embd * (1 if dtype == 'bfloat16' else 2)
+    acts = 2 * tokens * c.n_embd * c.n_layer + layer if activation_checkpointing else layer * c.n_layer
+    logits = 10 * tokens * c.vocab_size
+    gb = [x / 2 ** 30 for x in (states, acts, logits)]
+    return (f"memory per process (estimate): weights, gradients and AdamW {gb[0]:.1f} GB + activations {gb[1]:.1f} GB "
+            f"+ logits {gb[2]:.1f} GB = {sum(gb):.1f} GB (batch_size {batch_size} x {block_size}"
+            f"{', activation checkpointing' if activation_checkpointing else ''}{f', FSDP over {world}' if fsdp else ''})")
 
 
 # data, and the batch arithmetic
@@ -138,13 +168,14 @@ os.makedirs(out_dir, exist_ok=True)
 if model_type not in checkpoint.MODELS:
     raise SystemExit(f"config error: model_type must be one of {list(checkpoint.MODELS)}, got {model_type!r}")
 model_args = {f.name: config[f.name] for f in fields(checkpoint.MODELS[model_type][1])}
-start_iter, ckpt, optim_state = 0, None, None
+start_iter, ckpt = 0, None
+OPTIM_EXT = '.dcp' if fsdp else '.pt'  # the optimizer state: a folder of shards under FSDP, a file under DDP
 if init_from == 'scratch':
     if checkpoint.steps(out_dir):
         raise SystemExit(f"{out_dir} already holds checkpoints of an earlier run: continue it with --init_from=resume, "
                          f"or choose another --out_dir (or delete the folder)")
 elif init_from == 'resume':
-    resumable = sorted(set(checkpoint.steps(out_dir)) & set(checkpoint.steps(out_dir, 'optim')))
+    resumable = sorted(set(checkpoint.steps(out_dir)) & set(checkpoint.steps(out_dir, 'optim', OPTIM_EXT)))
     if not resumable:
         raise SystemExit(f"init_from='resume' but {out_dir} holds no checkpoint with optimizer state")
     start_iter = resumable[-1]
@@ -154,7 +185,6 @@ elif init_from == 'resume':
         diff = ', '.join(f"{k}: checkpoint {a!r} vs config {b!r}" for k, (a, b) in changed.items())
         raise SystemExit(f"cannot resume {out_dir}: the config describes another model ({diff or model_type}). "
                          f"Resume with the run's own config, or start a new run in another out_dir.")
-    optim_state = checkpoint.load(checkpoint.step_path(out_dir, start_iter, 'optim'))
     say(f"resuming {out_dir} at iteration {start_iter}")
 else:  # CPT: the architecture and weights of the checkpoint, with this run's regularization and windows
     if not os.path.exists(init_from):
@@ -176,12 +206,25 @@ torch.manual_seed(seed)  # the initial weights
 model = checkpoint.build_model(model_type, model_args)
 if ckpt is not None:
     model.load_state_dict(ckpt['model'])
+    del ckpt
 model.to(device)
 if model_args.get('pos_encoding') == 'learned' and eval_lengths and max(eval_lengths) > block_size:
     eval_lengths = [L for L in eval_lengths if L <= block_size]
     say(f"learned absolute positions stop at block_size: per-position loss only up to {block_size}")
 say(f"{model_type}: {model.num_params() / 1e6:.2f}M parameters without embeddings, "
     f"{model.num_params(False) / 1e6:.2f}M in all")
+if activation_checkpointing:  # the backward pass recomputes each block (and replays its RNG: the same dropout masks)
+    for block in model.layers:
+        block.forward = functools.partial(torch.utils.checkpoint.checkpoint, block.forward, use_reentrant=False)
+if fsdp:  # FSDP2: each block's weights, gradients and optimizer state sharded over the processes
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    mesh = init_device_mesh(device_type, (world,))
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if dtype == 'bfloat16' else MixedPrecisionPolicy()
+    for block in model.layers:
+        fully_shard(block, mesh=mesh, mp_policy=mp)
+    fully_shard(model, mesh=mesh, mp_policy=mp)
+say(memory_estimate(model))
 
 # AdamW: matrices decayed; norms, biases, embeddings (and parameters marked _no_weight_decay) not
 embeddings = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
@@ -194,14 +237,20 @@ say(f"weight decay {weight_decay} on {len(decay)} tensors ({sum(p.numel() for p 
     f"{'' if decay_embeddings else ', embeddings'})")
 optimizer = torch.optim.AdamW([{'params': decay, 'weight_decay': weight_decay}, {'params': no_decay, 'weight_decay': 0.0}],
                               lr=learning_rate, betas=(beta1, beta2), fused=device_type == 'cuda')
-if optim_state is not None:
-    optimizer.load_state_dict(optim_state['optimizer'])
+if init_from == 'resume':
+    path = checkpoint.step_path(out_dir, start_iter, 'optim', OPTIM_EXT)
+    if fsdp:  # each process reads its own shards
+        state = {'optimizer': get_optimizer_state_dict(model, optimizer)}
+        dcp.load(state, checkpoint_id=path)
+        set_optimizer_state_dict(model, optimizer, state['optimizer'])
+    else:
+        optimizer.load_state_dict(checkpoint.load(path)['optimizer'])
 
 raw_model = model
 if compile:
     say("compiling the model...")
     model = torch.compile(model)
-if ddp:
+if distributed and not fsdp:
     model = DDP(model, device_ids=[int(os.environ['LOCAL_RANK'])] if device_type == 'cuda' else None)
 
 
@@ -221,8 +270,8 @@ def get_lr(it):
 
 
 def all_sum(t):
-    """Sum a tensor over processes (identity without DDP)."""
-    if ddp:
+    """Sum a tensor over the processes that shared the work (identity in one process)."""
+    if distributed:
         dist.all_reduce(t)
     return t
 
@@ -233,15 +282,20 @@ def evaluate():
     copy the accuracy by length (copy_accuracy). Shared among processes."""
     raw_model.eval()
     acc = torch.zeros(2, device=device)  # loss sum, count
-    for i in range(rank, eval_iters, world):
+    for i in range(eval_rank, eval_iters, eval_world):
         x, y = val_data.batch(batch_size, block_size, batch_rng(seed, 1, i))
         with autocast:
             acc[0] += raw_model(x.to(device), y.to(device))[1].float()
         acc[1] += 1
-    all_sum(acc)
+    if not fsdp:
+        all_sum(acc)
     result = {'val_loss': (acc[0] / acc[1]).item()}
     if eval_lengths:
+        if fsdp:  # the embedding and the head live outside the blocks: gather them for the cache paths
+            raw_model.unshard()
         result.update(copy_accuracy() if task == 'copy' else position_loss())
+        if fsdp:
+            raw_model.reshard()
     raw_model.train()
     return result
 
@@ -253,8 +307,10 @@ def position_loss():
     if windows is None:
         say(f"(no validation document is longer than {max(eval_lengths)} tokens: no per-position loss)")
         return {}
-    total, n = loss_curve(raw_model, windows[rank::world], block_size, device, autocast)
-    total = all_sum(torch.cat([total, torch.tensor([float(n)], device=device)]))  # per position, then the count
+    total, n = loss_curve(raw_model, windows[eval_rank::eval_world], block_size, device, autocast)
+    total = torch.cat([total, torch.tensor([float(n)], device=device)])  # per position, then the count
+    if not fsdp:
+        all_sum(total)
     edges = [min(eval_lengths) // 2] + sorted(eval_lengths)
     return {'position_loss': band_means(total[:-1] / total[-1], edges), 'windows': len(windows)}
 
@@ -263,23 +319,42 @@ def copy_accuracy():
     """Exact-match accuracy of greedy copies at the source lengths eval_lengths, and the
     fraction of copied tokens that are right."""
     with autocast:
-        correct = train_data.correct_copies(raw_model, eval_lengths, copy_eval_samples, seed, device, rank=rank, world=world)
-    correct = (all_sum(correct) / copy_eval_samples).tolist()
+        correct = train_data.correct_copies(raw_model, eval_lengths, copy_eval_samples, seed, device, rank=eval_rank,
+                                            world=eval_world)
+    if not fsdp:
+        all_sum(correct)
+    correct = (correct / copy_eval_samples).tolist()
     return {'copy_accuracy': {str(L): c[0] for L, c in zip(eval_lengths, correct)},
             'copy_token_accuracy': {str(L): c[1] for L, c in zip(eval_lengths, correct)}}
 
 
 def save_checkpoint(it):
-    """ckpt_{it}.pt (model, kept) and optim_{it}.pt (optimizer; only the newest is kept)."""
+    """ckpt_{it}.pt, the whole model (the newest keep_last are kept, or all), and the optimizer state
+    beside it (only the newest): optim_{it}.pt, or under FSDP a folder optim_{it}.dcp of each
+    process's shards. Both written to a temporary name, then renamed."""
+    if fsdp:  # the whole model gathered on the first process; the optimizer saved in shards by all
+        state = get_model_state_dict(raw_model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        tmp = checkpoint.step_path(out_dir, it, 'optim', OPTIM_EXT) + '.tmp'
+        dcp.save({'optimizer': get_optimizer_state_dict(raw_model, optimizer)}, checkpoint_id=tmp)
+        dist.barrier()
+    else:
+        state = raw_model.state_dict()
     if not master:
         return
-    checkpoint.save({'model': raw_model.state_dict(), 'model_type': model_type, 'model_args': model_args,
+    checkpoint.save({'model': state, 'model_type': model_type, 'model_args': model_args,
                      'tokenizer': train_data.meta['tokenizer'], 'step': it, 'config': config},
                     checkpoint.step_path(out_dir, it))
-    checkpoint.save({'optimizer': optimizer.state_dict(), 'step': it}, checkpoint.step_path(out_dir, it, 'optim'))
-    for old in checkpoint.steps(out_dir, 'optim'):
-        if old != it:
-            os.remove(checkpoint.step_path(out_dir, old, 'optim'))
+    optim_path = checkpoint.step_path(out_dir, it, 'optim', OPTIM_EXT)
+    if fsdp:
+        shutil.rmtree(optim_path, ignore_errors=True)
+        os.replace(tmp, optim_path)
+    else:
+        checkpoint.save({'optimizer': optimizer.state_dict(), 'step': it}, optim_path)
+    for old in checkpoint.steps(out_dir, 'optim', OPTIM_EXT)[:-1]:
+        old = checkpoint.step_path(out_dir, old, 'optim', OPTIM_EXT)
+        shutil.rmtree(old) if fsdp else os.remove(old)
+    for old in checkpoint.steps(out_dir)[:-keep_last] if keep_last else []:
+        os.remove(checkpoint.step_path(out_dir, old))
     print(f"saved {checkpoint.step_path(out_dir, it)}", flush=True)
 
 
@@ -316,23 +391,27 @@ while True:
         break
 
     # one optimizer step. The batches and the dropout masks of iteration `it` are functions of
-    # (seed, rank, it, micro-step) alone, so a resumed run repeats a straight one exactly.
+    # (seed, it, micro-batch) alone, so a resumed run repeats a straight one exactly.
     lr = get_lr(it)
     for group in optimizer.param_groups:
         group['lr'] = lr
     loss_sum = torch.zeros((), device=device)
     for micro in range(grad_accum):
-        torch.manual_seed(hash((seed, rank, it, micro)) % 2 ** 62)
-        x, y = train_data.batch(batch_size, block_size, batch_rng(seed, 0, rank, it, micro))
+        j = micro * world + rank  # the micro-batch's index in the global batch: the same data and masks on any number of processes
+        torch.manual_seed(hash((seed, it, j)) % 2 ** 62)
+        x, y = train_data.batch(batch_size, block_size, batch_rng(seed, 0, it, j))
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        if ddp:  # all-reduce the gradients on the last micro-step only
+        if fsdp:  # reduce the gradients on the last micro-step only
+            raw_model.set_requires_gradient_sync(micro == grad_accum - 1)
+        elif distributed:
             model.require_backward_grad_sync = micro == grad_accum - 1
         with autocast:
             _, loss = model(x, y)
         (loss / grad_accum).backward()
         loss_sum += loss.detach().float()
     loss = (all_sum(loss_sum) / (grad_accum * world)).item()
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip if grad_clip > 0 else float('inf')).item()
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip if grad_clip > 0 else float('inf'))
+    grad_norm = (grad_norm.full_tensor() if hasattr(grad_norm, 'full_tensor') else grad_norm).item()  # a DTensor under FSDP
     if not (math.isfinite(loss) and math.isfinite(grad_norm)):
         kept = checkpoint.steps(out_dir)
         say(f"stopping at iteration {it}: loss {loss}, gradient norm {grad_norm} (not finite). Nothing was saved from "
@@ -368,6 +447,6 @@ if master and last and 'copy_accuracy' in result:
     say(f"{'length':>10}" + ''.join(f"{k:>8}" for k in accuracy))
     say(f"{'exact':>10}" + ''.join(f"{v:>8.2f}" for v in accuracy.values()))
     say(f"{'tokens':>10}" + ''.join(f"{v:>8.2f}" for v in result['copy_token_accuracy'].values()))
-if ddp:
+if distributed:
     dist.barrier()  # every rank done (rank 0 was writing) before the group goes
     dist.destroy_process_group()

@@ -159,6 +159,10 @@ def test_eval_errors(tiny_data, tmp_path):
     ckpt_gpt2['tokenizer'] = {'kind': 'gpt2'}
     checkpoint.save(ckpt_gpt2, str(tmp_path / 'c.pt'))
     r = run('eval_loss.py', f'--ckpt={tmp_path / "c.pt"}', '--max_length=64')
+    assert r.returncode != 0 and "its tokenizer has 50257 tokens, more than the model's vocabulary of 257" in r.stderr
+    ckpt_gpt2['tokenizer'] = {'kind': 'symbols', 'n_vocab': 200, 'eot': 3}
+    checkpoint.save(ckpt_gpt2, str(tmp_path / 'd.pt'))
+    r = run('eval_loss.py', f'--ckpt={tmp_path / "d.pt"}', '--max_length=64')
     assert r.returncode != 0 and 'is tokenized with' in r.stderr
     weights = tmp_path / 'mamba-no-tokenizer'
     weights.mkdir()

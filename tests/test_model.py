@@ -197,6 +197,7 @@ def test_config_errors():
         TransformerConfig(pos_encoding='alibi2')
     with pytest.raises(ValueError, match='3 entries but n_layer = 2'):
         TransformerConfig(n_layer=2, window=[0, 4, 8])
+    assert TransformerConfig(n_layer=6, window=[8, 0]).layer_windows() == [8, 0] * 3  # a pattern repeats
     with pytest.raises(ValueError, match='n_kv_head'):
         TransformerConfig(n_head=4, n_kv_head=3)
     with pytest.raises(ValueError, match='learned'):

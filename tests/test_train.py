@@ -154,16 +154,52 @@ def test_interrupted_checkpoint_write_keeps_the_previous_file(tmp_path, monkeypa
     assert checkpoint.load(path) == {'step': 1}
 
 
-def test_ddp_on_cpu_with_gloo(tiny_data, tmp_path):
-    """torchrun with 2 processes: each takes 1 of the 2 micro-steps; rank 0 writes the checkpoints."""
-    cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', 'train.py', *TINY,
-           f'--data_dir={tiny_data}', f'--out_dir={tmp_path}', '--max_tokens=1024']
-    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, 'OMP_NUM_THREADS': '1'})
+def torchrun(*args):
+    cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', 'train.py', *args]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, 'OMP_NUM_THREADS': '1'})
+
+
+@pytest.fixture(scope='module')
+def one_process(tiny_data, tmp_path_factory):
+    """The reference for the distributed runs: one process, 2 micro-steps of 4 sequences, VPAD."""
+    out = str(tmp_path_factory.mktemp('one'))
+    r = run_train(*TINY, f'--data_dir={tiny_data}', f'--out_dir={out}', '--dropout_type=vpad', '--dropout=0.1')
+    assert r.returncode == 0, r.stderr
+    return [x['loss'] for x in read_log(out)]
+
+
+@pytest.mark.parametrize('parallel', ['ddp', 'fsdp'])
+def test_two_processes_match_one(one_process, tiny_data, tmp_path, parallel):
+    """torchrun with 2 processes on CPU (gloo), each 1 micro-step of the same global batch: the
+    same data, the same dropout masks, the same losses as one process; under FSDP also with
+    activation checkpointing (the recomputation replays the masks)."""
+    extra = ['--activation_checkpointing=True'] if parallel == 'fsdp' else []
+    r = torchrun(*TINY, f'--data_dir={tiny_data}', f'--out_dir={tmp_path}', '--dropout_type=vpad', '--dropout=0.1',
+                 f'--parallel={parallel}', *extra)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert '2 processes x 1 micro-steps' in r.stdout
-    assert checkpoint.steps(str(tmp_path)) == [4]
-    losses = [x['loss'] for x in read_log(str(tmp_path))]
-    assert len(losses) == 4 and losses[-1] < losses[0]
+    assert '2 processes x 1 micro-steps' in r.stdout and 'memory per process (estimate)' in r.stdout
+    assert ('FSDP over 2' in r.stdout) == (parallel == 'fsdp')
+    assert [x['loss'] for x in read_log(str(tmp_path))] == pytest.approx(one_process, rel=1e-4)
+    assert checkpoint.steps(str(tmp_path)) == [4, 8]
+    assert checkpoint.steps(str(tmp_path), 'optim', '.dcp' if parallel == 'fsdp' else '.pt') == [8]
+    model, _, ckpt = checkpoint.load_model(checkpoint.step_path(str(tmp_path), 8))  # whole, with clean keys
+    assert not any('_fsdp' in k or 'checkpoint' in k for k in ckpt['model'])
+
+
+def test_fsdp_resume(one_process, tiny_data, tmp_path):
+    args = (*TINY, f'--data_dir={tiny_data}', f'--out_dir={tmp_path}', '--dropout_type=vpad', '--dropout=0.1', '--parallel=fsdp')
+    first = torchrun(*args, '--halt_at=4')
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert os.path.isdir(checkpoint.step_path(str(tmp_path), 4, 'optim', '.dcp'))  # the optimizer in shards
+    second = torchrun(*args, '--init_from=resume')
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert [x['loss'] for x in read_log(str(tmp_path))] == pytest.approx(one_process, rel=1e-4)
+
+
+def test_keep_last(tiny_data, tmp_path):
+    r = run_train(*TINY, f'--data_dir={tiny_data}', f'--out_dir={tmp_path}', '--ckpt_interval=2', '--keep_last=2')
+    assert r.returncode == 0, r.stderr
+    assert checkpoint.steps(str(tmp_path)) == [6, 8]
 
 
 MAMBA = ['--model_type=mamba2', '--n_embd=32', '--d_state=8', '--headdim=16', '--chunk_size=16']

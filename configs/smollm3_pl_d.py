@@ -1,0 +1,6 @@
+# SmolLM3-3B CPT with sliding windows: PL-D, pre-linear dropout (Table 8: p = 0.1, 0.2, 0.3).
+from configs.smollm3_cpt import *  # noqa: F401,F403
+
+out_dir = 'out/smollm3_pl_d'
+dropout_type = 'pre_linear'
+dropout = 0.1

@@ -1,0 +1,156 @@
+"""SmolLM3 through model.py: parity with transformers' SmolLM3 on a tiny random model loaded from
+one saved folder (sharded safetensors), sliding windows both ways, the export round trip, the
+3B parameter count, and the errors."""
+
+import json
+import os
+import shutil
+
+import pytest
+import torch
+
+import checkpoint
+from model import Transformer, TransformerConfig, save_pretrained, smollm3_args
+
+transformers = pytest.importorskip('transformers')
+TINY = dict(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+            num_key_value_heads=2, no_rope_layers=[1, 1, 1, 0], rope_parameters={'rope_theta': 5e6, 'rope_type': 'default'},
+            rms_norm_eps=1e-6, tie_word_embeddings=True, max_position_embeddings=4096, bos_token_id=0, eos_token_id=0,
+            pad_token_id=0)
+
+
+def write_tokenizer(folder, extra=0):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer, tok.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
+    tok.train_from_iterator(["the grass is green and the sky is blue"] * 20,
+                            trainers.BpeTrainer(vocab_size=280, special_tokens=['<|end_of_text|>'],
+                                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.add_tokens([f'<extra_{i}>' for i in range(extra)])
+    tok.save(os.path.join(folder, 'tokenizer.json'))
+    with open(os.path.join(folder, 'tokenizer_config.json'), 'w') as f:
+        json.dump({'eos_token': '<|end_of_text|>'}, f)
+
+
+def hf_folder(folder, **changes):
+    """A random tiny SmolLM3 saved by transformers in shards, with a tokenizer."""
+    torch.manual_seed(0)
+    hf = transformers.SmolLM3ForCausalLM(transformers.SmolLM3Config(**{**TINY, **changes})).eval()
+    with torch.no_grad():  # transformers initialises the norms to 1: make them count
+        for name, p in hf.named_parameters():
+            if 'norm' in name:
+                p.uniform_(0.5, 1.5)
+    hf.save_pretrained(folder, max_shard_size='40KB', safe_serialization=True)
+    write_tokenizer(folder)
+    return hf
+
+
+@pytest.mark.parametrize('windows,expected', [
+    ({}, [0, 0, 0, 0]),  # no sliding windows
+    (dict(layer_types=['sliding_attention'] * 3 + ['full_attention'], sliding_window=8, use_sliding_window=True),
+     [8, 8, 8, 0]),  # the RoPE layers slide (our default for the paper's SW)
+    (dict(sliding_window=8, use_sliding_window=True), [0, 0, 0, 8]),  # transformers' own rule: the NoPE layers slide
+], ids=['full', 'rope-layers-slide', 'transformers-rule'])
+def test_logits_equal_transformers_smollm3(tmp_path, windows, expected):
+    hf = hf_folder(str(tmp_path / 'hf'), **windows)
+    assert len([f for f in os.listdir(tmp_path / 'hf') if f.endswith('.safetensors')]) > 1  # sharded
+    ours, tok, _ = checkpoint.load_model(str(tmp_path / 'hf'))
+    assert ours.config.layer_windows() == expected
+    assert ours.config.layer_pos_encodings() == ['rope', 'rope', 'rope', 'nope'] and ours.config.rope_theta == 5e6
+    assert tok.eot == tok.hf.token_to_id('<|end_of_text|>')
+    idx = torch.randint(0, 300, (2, 40))
+    with torch.no_grad():
+        diff = (ours(idx, idx)[0] - hf(idx).logits).abs().max().item()
+    assert diff <= 1e-4
+
+
+def test_export_round_trip(tmp_path):
+    hf_folder(str(tmp_path / 'hf'), layer_types=['sliding_attention'] * 3 + ['full_attention'], sliding_window=8,
+              use_sliding_window=True)
+    ours, _, _ = checkpoint.load_model(str(tmp_path / 'hf'))
+    save_pretrained(ours, str(tmp_path / 'out'), source_dir=str(tmp_path / 'hf'), shard_bytes=30_000, dtype=torch.float32)
+    back, tok, _ = checkpoint.load_model(str(tmp_path / 'out'))
+    a, b = ours.state_dict(), back.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)  # exact
+    assert back.config.layer_windows() == [8, 8, 8, 0] and os.path.exists(tmp_path / 'out' / 'model.safetensors.index.json')
+    reloaded = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / 'out')).eval()  # what lm-eval does
+    idx = torch.randint(0, 300, (1, 30))
+    with torch.no_grad():
+        assert (reloaded(idx).logits - ours(idx, idx)[0]).abs().max().item() <= 1e-4
+    assert transformers.PreTrainedTokenizerFast(tokenizer_file=str(tmp_path / 'out' / 'tokenizer.json')).encode('the sky') \
+        == tok.encode('the sky')
+
+
+def test_smollm3_3b_on_meta():
+    """The released SmolLM3-3B shape: 3.08B parameters with tied embeddings (the model card's 3.08B)."""
+    config = transformers.SmolLM3Config(rope_parameters={'rope_theta': 5e6, 'rope_type': 'default'})
+    args = smollm3_args(config.to_dict())
+    with torch.device('meta'):
+        ours = Transformer(TransformerConfig(**args))
+        theirs = transformers.SmolLM3ForCausalLM(config)
+    n = ours.num_params(non_embedding=False)
+    assert n == sum(p.numel() for p in theirs.parameters())
+    assert n == pytest.approx(3.08e9, abs=0.05e9)
+    assert (args['n_head'], args['n_kv_head'], args['head_dim'], args['ffn_dim'], args['norm_eps']) == (16, 4, 128, 11008, 1e-6)
+    assert args['pos_encoding'] == ['rope', 'rope', 'rope', 'nope'] * 9
+
+
+def test_errors(tmp_path):
+    hf_folder(str(tmp_path / 'hf'))
+    llama = tmp_path / 'llama'
+    shutil.copytree(tmp_path / 'hf', llama)
+    cfg = json.loads((llama / 'config.json').read_text())
+    (llama / 'config.json').write_text(json.dumps({**cfg, 'model_type': 'llama'}))
+    with pytest.raises(ValueError, match="holds a 'llama' model: only SmolLM3 and Mamba2 folders load"):
+        checkpoint.load_model(str(llama))
+    with pytest.raises(ValueError, match='without config.json'):
+        checkpoint.load_model(str(tmp_path))
+    broken = tmp_path / 'broken'
+    shutil.copytree(tmp_path / 'hf', broken)
+    os.remove(broken / sorted(f for f in os.listdir(broken) if f.endswith('.safetensors'))[-1])
+    with pytest.raises(FileNotFoundError, match='lacks 1 of its'):
+        checkpoint.load_model(str(broken))
+    big = tmp_path / 'bigtok'
+    shutil.copytree(tmp_path / 'hf', big)
+    write_tokenizer(str(big), extra=40)  # more tokens than the vocabulary of 300
+    with pytest.raises(ValueError, match="more than the model's vocabulary of 300: not the model's own tokenizer"):
+        checkpoint.load_model(str(big))
+    with pytest.raises(ValueError, match="SmolLM3's layout needs SwiGLU"):
+        save_pretrained(Transformer(TransformerConfig(n_layer=1, n_head=2, n_embd=16, vocab_size=32)), str(tmp_path / 'x'))
+
+
+def test_continued_pretraining_and_export(tmp_path):
+    """train.py from a SmolLM3 folder with sliding windows on the RoPE layers and pre-linear
+    dropout, on data tokenized by the folder's tokenizer; then export_hf.py for lm-eval."""
+    from conftest import ROOT, TINY as TRAIN, read_log, run_train
+    from tokens import Tokenizer, write_shard
+    folder, data = tmp_path / 'hf', tmp_path / 'data' / 'x' / 'smollm3'
+    hf_folder(str(folder))
+    tok = Tokenizer({'kind': 'hf', 'path': str(folder / 'tokenizer.json'), 'eot': '<|end_of_text|>'})
+    data.mkdir(parents=True)
+    text = "the grass is green and the sky is blue while the sun shines. " * 30
+    for split in ('train', 'val'):
+        write_shard(str(data / f'{split}.bin'), (tok.encode(text) + [tok.eot]) * 4, 300)
+    (data / 'meta.json').write_text(json.dumps({'tokenizer': tok.spec, 'vocab_size': 300, 'eot': tok.eot}))
+    out = tmp_path / 'cpt'
+    r = run_train(*TRAIN, f'--data_dir={data}', f'--out_dir={out}', f'--init_from={folder}', '--window=[8, 8, 8, 0]',
+                  '--dropout_type=pre_linear', '--dropout=0.1', '--weight_decay=0.0', '--eval_lengths=[]',
+                  '--schedule=constant', '--learning_rate=1e-3')
+    assert r.returncode == 0, r.stderr
+    ckpt = checkpoint.load(checkpoint.step_path(str(out), 8))
+    assert ckpt['model_args']['window'] == [8, 8, 8, 0] and ckpt['model_args']['n_embd'] == 64
+    assert ckpt['model_args']['dropout_type'] == 'pre_linear' and ckpt['config']['init_from'] == str(folder)
+    losses = [x['loss'] for x in read_log(str(out))]
+    assert losses[-1] < losses[0]
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, 'export_hf.py', f'--ckpt={checkpoint.step_path(str(out), 8)}',
+                        f'--out={tmp_path / "export"}', '--dtype=float32'], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert os.path.exists(tmp_path / 'export' / 'tokenizer.json')  # from the run's init_from
+    exported = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / 'export')).eval()
+    assert exported.config.layer_types == ['sliding_attention'] * 3 + ['full_attention']
+    ours = checkpoint.load_model(checkpoint.step_path(str(out), 8))[0]
+    idx = torch.randint(0, 300, (1, 40))
+    with torch.no_grad():
+        assert (exported(idx).logits - ours(idx, idx)[0]).abs().max().item() <= 1e-4
