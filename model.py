@@ -32,6 +32,10 @@ try:  # FlexAttention: fused ALiBi and sliding windows on CUDA (forward only on 
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 except ImportError:  # older torch
     flex_attention = None
+try:  # AdaSplash: fused entmax-1.5 attention on CUDA (its kernels take no ALiBi bias nor window)
+    from adasplash import adasplash
+except ImportError:
+    adasplash = None
 
 POS_ENCODINGS = ('nope', 'rope', 'alibi', 'nape', 'learned')
 
@@ -59,7 +63,9 @@ class TransformerConfig:
     dropout_type: str = 'none'  # 'none', 'pre_norm' (PN-D), 'pre_linear' (PL-D) or 'vpad'
     vpad_variant: str = 'A'  # VPAD reconstruction: A (per token, default), B, C, D (dropout.py)
     attn_dropout: float = 0.0  # dropout on the attention probabilities
-    attn_backend: str = 'auto'  # 'auto' (flex on CUDA where it helps, else sdpa), 'sdpa' or 'flex'
+    attn_alpha: float = 1.0  # the attention's normaliser: 1 softmax, 1.5 entmax-1.5 (exact), other > 1 entmax by bisection
+    attn_scale: str = 'none'  # query scale: 'none', 'adaptive' (ASEntmax), 'static' (per head) or 'ssmax' (beta log(t+2))
+    attn_backend: str = 'auto'  # 'auto' (flex on CUDA where it helps, else sdpa), 'sdpa', 'flex' or 'manual'
 
     def __post_init__(self):
         L = self.n_layer
@@ -81,8 +87,11 @@ class TransformerConfig:
             raise ValueError(f"mlp must be 'gelu' or 'swiglu' and norm 'rmsnorm' or 'layernorm', got {self.mlp!r}, {self.norm!r}")
         if self.n_head % (self.n_kv_head or self.n_head):
             raise ValueError(f"n_head ({self.n_head}) must be a multiple of n_kv_head ({self.n_kv_head})")
-        if self.attn_backend not in ('auto', 'sdpa', 'flex'):
-            raise ValueError(f"attn_backend must be 'auto', 'sdpa' or 'flex', got {self.attn_backend!r}")
+        if self.attn_backend not in ('auto', 'sdpa', 'flex', 'manual'):
+            raise ValueError(f"attn_backend must be 'auto', 'sdpa', 'flex' or 'manual', got {self.attn_backend!r}")
+        if self.attn_alpha < 1 or self.attn_scale not in ('none', 'adaptive', 'static', 'ssmax'):
+            raise ValueError(f"attn_alpha must be >= 1 and attn_scale 'none', 'adaptive', 'static' or 'ssmax', "
+                             f"got {self.attn_alpha}, {self.attn_scale!r}")
 
     def layer_pos_encodings(self):
         p = self.pos_encoding
@@ -127,29 +136,89 @@ def apply_rope(x, cos, sin):
 # -----------------------------------------------------------------------------
 # attention
 
-def attention(q, k, v, q_start, k_start, slopes=None, window=0, dropout_p=0.0, backend='sdpa'):
+def attention(q, k, v, q_start, k_start, slopes=None, window=0, dropout_p=0.0, backend='sdpa', alpha=1.0):
     """Causal attention of queries at absolute positions q_start.. over keys at k_start..,
     with the ALiBi bias -slopes[h] * (i - j) (slopes None: no bias) and, if window > 0, only
-    the last `window` keys (the query's own included).
+    the last `window` keys (the query's own included); normalised by softmax (alpha = 1) or
+    alpha-entmax. backend: 'sdpa', 'flex' (CUDA, softmax) or 'manual' (the scores written out).
     q (B, H, Tq, hd), k and v (B, Hkv, Tk, hd) -> (B, H, Tq, hd)"""
     Tq, Tk = q.size(2), k.size(2)
     gqa = q.size(1) != k.size(1)
+    if alpha != 1.0:
+        if adasplash is not None and q.is_cuda and alpha == 1.5 and slopes is None and not window \
+                and q_start == k_start and Tq == Tk and dropout_p == 0:  # AdaSplash's fused entmax kernel
+            rep = q.size(1) // k.size(1)
+            return adasplash(q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1), alpha=1.5, is_causal=True)
+        backend = 'manual'
     if backend == 'flex':
         return flex(q, k, v, q_start - k_start, slopes, window)
-    if slopes is None and not window and q_start == k_start and Tq == Tk:  # lets SDPA pick a flash kernel
+    if backend == 'sdpa' and slopes is None and not window and q_start == k_start and Tq == Tk:  # a flash kernel
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p, enable_gqa=gqa)
-    # explicit mask: fine at training lengths; queries go in slices that bound it to ~2^25 entries
+    # explicit masks or scores: queries go in slices that bound them to ~2^25 entries
     rows = max(1, 2 ** 25 // (q.size(1) * Tk))
     if Tq > rows:
-        return torch.cat([attention(q[:, :, i:i + rows], k, v, q_start + i, k_start, slopes, window, dropout_p, backend)
+        return torch.cat([attention(q[:, :, i:i + rows], k, v, q_start + i, k_start, slopes, window, dropout_p, backend, alpha)
                           for i in range(0, Tq, rows)], dim=2)
     dist = torch.arange(q_start, q_start + Tq, device=q.device)[:, None] - torch.arange(k_start, k_start + Tk, device=q.device)
     allowed = (dist >= 0) & (dist < window) if window else dist >= 0  # (Tq, Tk)
-    if slopes is None:
-        mask = allowed
-    else:
-        mask = (-slopes[:, None, None] * dist).masked_fill(~allowed, float('-inf')).to(q.dtype)  # (H, Tq, Tk)
+    bias = None if slopes is None else -slopes[:, None, None] * dist  # (H, Tq, Tk)
+    if backend == 'manual':
+        rep = q.size(1) // k.size(1)
+        k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)  # (B, H, Tk, hd)
+        scores = (q @ k.transpose(-2, -1)).float() / math.sqrt(q.size(-1))  # (B, H, Tq, Tk)
+        if bias is not None:
+            scores = scores + bias
+        scores = scores.masked_fill(~allowed, float('-inf'))
+        p = scores.softmax(-1) if alpha == 1.0 else Entmax.apply(scores, alpha)
+        return F.dropout(p.to(v.dtype), dropout_p, training=dropout_p > 0) @ v
+    mask = allowed if bias is None else bias.masked_fill(~allowed, float('-inf')).to(q.dtype)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, enable_gqa=gqa)
+
+
+class Entmax(torch.autograd.Function):
+    """alpha-entmax over the last dim (Peters et al. 2019): p_i = [(alpha-1) z_i - tau]_+^(1/(alpha-1)),
+    tau such that sum p = 1; alpha = 1.5 exactly, by sorting, other alpha > 1 by bisection on tau.
+    -inf entries get exactly 0, and so does all of the row past the support (sparse attention)."""
+
+    @staticmethod
+    def forward(ctx, z, alpha):
+        p = entmax15(z) if alpha == 1.5 else entmax_bisect(z, alpha)
+        ctx.save_for_backward(p)
+        ctx.alpha = alpha
+        return p
+
+    @staticmethod
+    def backward(ctx, g):
+        # dp_i/dz_j = w_i delta_ij - w_i w_j / sum(w), w = p^(2-alpha) on the support, 0 off it
+        p, = ctx.saved_tensors
+        w = torch.where(p > 0, p ** (2 - ctx.alpha), 0.0)
+        return w * (g - (g * w).sum(-1, keepdim=True) / w.sum(-1, keepdim=True)), None
+
+
+def entmax15(z):
+    """Exact entmax-1.5: with x = z/2 sorted descending, the support is the largest k whose
+    threshold tau_k = mean_k - sqrt((1 - k (meansq_k - mean_k^2)) / k) lies below x_k."""
+    x = z / 2
+    x = x - x.max(-1, keepdim=True).values
+    xs = x.sort(-1, descending=True).values
+    k = torch.arange(1, x.size(-1) + 1, device=x.device, dtype=x.dtype)
+    mean, meansq = xs.cumsum(-1) / k, (xs * xs).cumsum(-1) / k
+    tau = mean - ((1 - k * (meansq - mean * mean)) / k).clamp(min=0).sqrt()  # nan past the -inf entries
+    support = (tau <= xs).sum(-1, keepdim=True)  # comparisons with nan are false
+    return (x - tau.gather(-1, support - 1)).clamp(min=0) ** 2
+
+
+def entmax_bisect(z, alpha, n_iter=50):
+    """alpha-entmax by bisection on tau, between max - 1 (sum >= 1) and max - (1/d)^(alpha-1) (sum <= 1)."""
+    x = z * (alpha - 1)
+    top = x.max(-1, keepdim=True).values
+    lo, hi = top - 1, top - (1 / x.size(-1)) ** (alpha - 1)
+    for _ in range(n_iter):
+        tau = (lo + hi) / 2
+        above = (x - tau).clamp(min=0).pow(1 / (alpha - 1)).sum(-1, keepdim=True) >= 1
+        lo, hi = torch.where(above, tau, lo), torch.where(above, hi, tau)
+    p = (x - lo).clamp(min=0).pow(1 / (alpha - 1))
+    return p / p.sum(-1, keepdim=True)
 
 
 def flex(q, k, v, offset, slopes=None, window=0):
@@ -235,10 +304,19 @@ class Attention(nn.Module):
         self.o_proj = Linear(self.n_head * self.head_dim, config.n_embd, config)
         self.pos_encoding = config.layer_pos_encodings()[layer_idx]
         self.window = config.layer_windows()[layer_idx]
-        self.attn_dropout = config.attn_dropout
-        self.backend = config.attn_backend
+        self.attn_dropout, self.alpha, self.backend = config.attn_dropout, config.attn_alpha, config.attn_backend
         slopes = alibi_slopes(self.n_head, self.pos_encoding, config.nape_slopes) if self.pos_encoding in ('alibi', 'nape') else None
         self.register_buffer('slopes', slopes, persistent=False)
+        # ASEntmax's query scale (deep-spin/asentmax): on the NoPE heads under NAPE (the last H/2), else on all
+        self.scale = config.attn_scale
+        self.n_scaled = self.n_head - self.n_head // 2 if self.pos_encoding == 'nape' else self.n_head
+        if self.scale == 'adaptive':  # beta and gamma of every scaled head, from the block's normalised input
+            self.scale_proj = nn.Linear(config.n_embd, 2 * self.n_scaled, bias=True)
+        elif self.scale == 'static':  # one beta and gamma per scaled head
+            self.scale_beta = nn.Parameter(torch.empty(self.n_scaled).uniform_(0.1, 1.0))
+            self.scale_gamma = nn.Parameter(torch.empty(self.n_scaled).normal_(0.0, 0.1))
+        elif self.scale == 'ssmax':  # SSMax (Nakanishi 2025): beta * log(t + 2)
+            self.scale_beta = nn.Parameter(torch.empty(self.n_scaled).normal_(1.0, 0.01))
 
     def forward(self, x, rope=None, cache=None):
         B, T, _ = x.shape
@@ -248,12 +326,30 @@ class Attention(nn.Module):
         if self.pos_encoding == 'rope':
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         q_start = k_start = 0 if cache is None else cache.pos
+        if self.scale != 'none':
+            n = self.n_head - self.n_scaled
+            q = torch.cat([q[:, :n], q[:, n:] * self.query_scale(x, q_start).to(q.dtype)], dim=1)
         if cache is not None:
             k, v, k_start = cache.update(self.layer_idx, k, v, self.window)
         dropout_p = self.attn_dropout if self.training else 0.0
-        y = attention(q, k, v, q_start, k_start, self.slopes, self.window, dropout_p, self._backend(q, dropout_p))
+        y = attention(q, k, v, q_start, k_start, self.slopes, self.window, dropout_p, self._backend(q, dropout_p), self.alpha)
         y = y.transpose(1, 2).reshape(B, T, self.n_head * self.head_dim)  # (B, T, H*hd)
         return self.o_proj(y)
+
+    def query_scale(self, x, start):
+        """The factor s of the scaled heads' queries at positions start.. (B or 1, n_scaled, T, 1):
+        adaptive  s = 1 + softplus(w_b x_t + b_b) * log(t+2)^(2 tanh(w_g x_t + b_g))   (ASEntmax)
+        static    s = 1 + beta_h * log(t+2)^gamma_h
+        ssmax     s = beta_h * log(t+2)"""
+        log_t = torch.log(torch.arange(start, start + x.size(1), device=x.device, dtype=torch.float32) + 2)[:, None]  # (T, 1)
+        if self.scale == 'adaptive':
+            beta, gamma = self.scale_proj(x).float().chunk(2, dim=-1)  # (B, T, n_scaled) each
+            s = 1 + F.softplus(beta) * log_t ** (2 * torch.tanh(gamma))
+        elif self.scale == 'static':
+            s = (1 + self.scale_beta * log_t ** self.scale_gamma)[None]
+        else:
+            s = (self.scale_beta * log_t)[None]
+        return s.transpose(1, 2)[..., None]
 
     def _backend(self, q, dropout_p):
         if self.backend != 'auto':
