@@ -3,11 +3,15 @@ Speed and memory, side by side. Training variants are timed in alternating round
 process, so that a machine's drift (~30% on shared CPUs) hits them alike; the report gives ratios.
 
     python bench.py configs/quickstart.py                     # the regularizers: tokens/s vs none
+    python bench.py configs/quickstart.py --mode=nanogpt      # the model vs a plain nanoGPT of the same size
     python bench.py --model_type=mamba2 --mode=hf_mamba       # mamba.py vs transformers' Mamba2
     python bench.py configs/quickstart.py --mode=context      # prefill/decoding time and peak memory vs length
-    python bench.py configs/vpad.py --device=cuda --compile=True --batch_size=8
+    bash bench_gpu.sh                                         # the whole suite on one GPU, paper-size models
 
-A training config can be given: its model keys are used, its training-only keys ignored.
+A training config can be given: its model keys are used, its training-only keys ignored. On
+CUDA the train modes also report MFU (FLOPs from the model's flops_per_token, the peak from
+model.PEAK_FLOPS), peak memory per variant and, compiled, the kernels Inductor generated for
+each variant (a dropout that fuses into the surrounding kernels adds none).
 """
 
 import multiprocessing
@@ -18,8 +22,11 @@ from contextlib import nullcontext
 from dataclasses import fields
 
 import torch
+import torch.nn as nn
+import torch.nn.functional as F
 
 import checkpoint
+from model import peak_flops
 
 
 def build(model_type, args, device, seed=1337):
@@ -56,19 +63,54 @@ def timed(fns, steps, warmup, rounds):
     return {k: sorted(t)[len(t) // 2] for k, t in times.items()}
 
 
-def table(title, rows, unit):
+def table(title, rows, unit, extra=None):
+    """rows: name -> value, printed with its ratio to the first; extra: name -> {column: text}."""
     base = next(iter(rows.values()))
+    extra = extra or {}
+    columns = list(next(iter(extra.values()), {}))
     print(title)
-    print(f"{'':>16} {unit:>12} {'ratio':>8}")
+    print(f"{'':>22} {unit:>12} {'ratio':>8}" + ''.join(f"{c:>12}" for c in columns))
     for k, v in rows.items():
-        print(f"{k:>16} {v:>12,.0f} {v / base:>8.2f}")
+        print(f"{k:>22} {v:>12,.0f} {v / base:>8.2f}" + ''.join(f"{extra[k][c]:>12}" for c in columns))
+
+
+class NanoGPT(nn.Module):
+    """nanoGPT's model (karpathy/nanoGPT), written out plainly: learned positions, LayerNorm with
+    bias, one fused q/k/v projection, causal SDPA, a GELU MLP, the head tied to the embedding.
+    The yardstick for what the project's options cost when they are off."""
+
+    def __init__(self, vocab_size, block_size, n_layer, n_head, n_embd):
+        super().__init__()
+        C = n_embd
+        self.n_head = n_head
+        self.wte, self.wpe = nn.Embedding(vocab_size, C), nn.Embedding(block_size, C)
+        self.blocks = nn.ModuleList(nn.ModuleDict(dict(
+            ln_1=nn.LayerNorm(C), c_attn=nn.Linear(C, 3 * C), attn_proj=nn.Linear(C, C),
+            ln_2=nn.LayerNorm(C), c_fc=nn.Linear(C, 4 * C), mlp_proj=nn.Linear(4 * C, C))) for _ in range(n_layer))
+        self.ln_f = nn.LayerNorm(C)
+        for m in self.modules():  # nanoGPT's initialisation
+            if isinstance(m, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(m.weight, std=0.02)
+            if isinstance(m, nn.Linear):
+                nn.init.zeros_(m.bias)
+
+    def forward(self, idx, targets):
+        B, T = idx.shape
+        x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))  # (B, T, C)
+        for b in self.blocks:
+            q, k, v = b['c_attn'](b['ln_1'](x)).view(B, T, 3, self.n_head, -1).permute(2, 0, 3, 1, 4)  # (B, H, T, hd) each
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, -1)
+            x = x + b['attn_proj'](y)
+            x = x + b['mlp_proj'](F.gelu(b['c_fc'](b['ln_2'](x))))
+        logits = self.ln_f(x) @ self.wte.weight.T  # (B, T, V)
+        return logits, F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
 
 
 @torch.no_grad()
-def measure_context(model_type, args, length, gen_tokens, chunk_size, device, queue):
+def measure_context(model_type, args, length, gen_tokens, chunk_size, device, dtype, queue):
     """In a fresh process: prefill a random prompt of `length` tokens in chunks through the
     model's cache, then decode gen_tokens greedily; the two times and the process's peak memory."""
-    model = build(model_type, args, device).eval()
+    model = build(model_type, args, device).to(getattr(torch, dtype)).eval()
     idx = torch.randint(0, args['vocab_size'], (1, length), device=device)
     cache = model.new_cache()
     t0 = time.perf_counter()
@@ -88,7 +130,7 @@ def measure_context(model_type, args, length, gen_tokens, chunk_size, device, qu
 if __name__ == '__main__':
     from configurator import configure
     # -------------------------------------------------------------------------
-    mode = 'train'  # 'train' (the regularizers), 'hf_mamba' (mamba.py vs transformers), 'context' (memory vs length)
+    mode = 'train'  # 'train' (the regularizers), 'nanogpt' (vs nanoGPT), 'hf_mamba' (vs transformers' Mamba2), 'context'
     model_type = 'transformer'  # or 'mamba2'
     for _f in (f for _, cfg in checkpoint.MODELS.values() for f in fields(cfg)):
         globals().setdefault(_f.name, _f.default)
@@ -121,18 +163,57 @@ if __name__ == '__main__':
     def run(model, opt, hf=False):
         return lambda n: train_steps(model, opt, n, batch_size, block_size, vocab_size, device, autocast, hf)
 
+    def measure(models, title):
+        """Time the models' training steps side by side and print tokens/s, and on CUDA MFU, the memory
+        a step adds (activations, gradients, temporaries) and, compiled, Inductor's kernels per model."""
+        runs, extra, peak = {}, {}, peak_flops(device)
+        for name, model in models.items():
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.startswith('cuda'))
+            runs[name] = run(torch.compile(model) if compile else model, opt)
+            kernels = kernel_count()
+            runs[name](warmup)  # compiles here
+            extra[name] = {'kernels': str(kernel_count() - kernels)} if compile and kernels is not None else {}
+            if device.startswith('cuda'):
+                torch.cuda.reset_peak_memory_stats()
+                before = torch.cuda.memory_allocated()
+                runs[name](1)
+                extra[name]['step MB'] = f"{(torch.cuda.max_memory_allocated() - before) / 2 ** 20:,.0f}"
+        secs = timed(runs, steps, 0, rounds)
+        for name, model in models.items():
+            if peak and hasattr(model, 'flops_per_token'):
+                extra[name]['MFU'] = f"{100 * model.flops_per_token(block_size) * tokens / secs[name] / peak:.1f}%"
+        extra = {k: {c: v.get(c, '') for c in dict.fromkeys(c for v in extra.values() for c in v)} for k, v in extra.items()}
+        table(title, {k: tokens / s for k, s in secs.items()}, 'tokens/s', extra)
+
+    def kernel_count():
+        try:
+            from torch._inductor import metrics
+            return metrics.generated_kernel_count
+        except ImportError:
+            return None
+
     if mode == 'train':
-        runs = {}
+        models = {}
         for v in variants:
             if v == 'attn_dropout' and model_type == 'mamba2':
                 continue
             reg = dict(dropout_type='none', attn_dropout=bench_dropout) if v == 'attn_dropout' else dict(dropout_type=v)
-            model = build(model_type, {**model_args[model_type], 'attn_dropout': 0.0, 'dropout': bench_dropout, **reg}
-                          if model_type == 'transformer' else {**model_args[model_type], 'dropout': bench_dropout, **reg}, device)
-            opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.startswith('cuda'))
-            runs[v] = run(torch.compile(model) if compile else model, opt)
-        secs = timed(runs, steps, warmup, rounds)
-        table(f"{header}; dropout p = {bench_dropout}", {v: tokens / s for v, s in secs.items()}, 'tokens/s')
+            args = {**model_args[model_type], 'dropout': bench_dropout, **reg}
+            if model_type == 'transformer':
+                args.setdefault('attn_dropout', 0.0)
+            models[v] = build(model_type, args, device)
+        measure(models, f"{header}; dropout p = {bench_dropout}")
+
+    elif mode == 'nanogpt':
+        # the same size three ways: nanoGPT itself, our model configured as nanoGPT, our model as the config has it
+        plain = dict(pos_encoding='learned', norm='layernorm', mlp='gelu', bias=True, tie_embeddings=True, n_kv_head=None,
+                     window=0, dropout_type='none', attn_dropout=0.0, attn_alpha=1.0, attn_scale='none')
+        ours = {**model_args['transformer'], 'dropout_type': 'none', 'attn_dropout': 0.0}
+        torch.manual_seed(1337)
+        models = {'nanoGPT': NanoGPT(vocab_size, block_size, n_layer, n_head, n_embd).to(device),
+                  'model.py as nanoGPT': build('transformer', {**ours, **plain}, device),
+                  f"model.py, {pos_encoding}": build('transformer', ours, device)}
+        measure(models, f"{header}; no dropout")
 
     elif mode == 'hf_mamba':
         from mamba import to_transformers
@@ -171,10 +252,10 @@ if __name__ == '__main__':
         for name, (kind, args) in variants.items():
             for L in context_lengths:
                 queue = spawn.Queue()
-                p = spawn.Process(target=measure_context, args=(kind, args, L, gen_tokens, prefill_chunk, device, queue))
+                p = spawn.Process(target=measure_context, args=(kind, args, L, gen_tokens, prefill_chunk, device, dtype, queue))
                 p.start()
                 r = queue.get()
                 p.join()
                 print(f"{name:>16} {L:>8} {r['prefill_s']:>10.2f} {r['ms_per_token']:>10.1f} {r['peak_mb']:>10.0f}", flush=True)
     else:
-        raise SystemExit(f"mode must be 'train', 'hf_mamba' or 'context', got {mode!r}")
+        raise SystemExit(f"mode must be 'train', 'nanogpt', 'hf_mamba' or 'context', got {mode!r}")

@@ -27,6 +27,7 @@ Every operator is the identity in eval mode.
 """
 
 import math
+import re
 
 import torch
 import torch.nn as nn
@@ -36,37 +37,49 @@ DROPOUT_TYPES = ('none', 'pre_norm', 'pre_linear', 'vpad')
 VPAD_VARIANTS = ('A', 'B', 'C', 'D')
 
 
-def keep_mask(x, p, scale=1.0):
-    """scale * m with m_i ~ Bernoulli(1-p), shaped and typed like x. rand >= p is about twice as
-    fast on CPU as bernoulli_; drawn in float32 so that p stays exact under bf16."""
-    keep = torch.rand(x.shape, device=x.device) >= p
-    return (keep * scale).to(x.dtype)
+def keep_mask(x, p):
+    """A mask shaped and typed like x, 1 where a unit is kept and 0 where it is dropped, and the
+    dropout rate it realises. On GPUs: rand >= p, which torch.compile fuses with its consumer into
+    one kernel. On CPU the random numbers were most of what dropout cost, so one 64-bit draw serves
+    four elements: 15 random bits each, compared with round(p * 2^15), written straight into the
+    float mask. That realises p to within 2^-16; the operators scale by the realised rate, so they
+    stay unbiased."""
+    if not 0 <= p < 1:
+        raise ValueError(f"a dropout rate must be in [0, 1), got {p}")
+    if x.device.type != 'cpu':
+        return (torch.rand(x.shape, device=x.device) >= p).to(x.dtype), p
+    threshold, n = round(p * 32768), x.numel()
+    bits = torch.empty((n + 3) // 4, dtype=torch.int64).random_()  # 63 random bits each
+    bits = bits.view(torch.int16)[:n].bitwise_and_(0x7FFF).view(x.shape)  # four numbers in [0, 2^15) per draw
+    return torch.ge(bits, threshold, out=torch.empty_like(x)), threshold / 32768
 
 
 def dropout(x, p, training=True):
     """Inverted dropout: m * x / (1-p)."""
     if not training or p == 0.0:
         return x
-    return x * keep_mask(x, p, 1.0 / (1.0 - p))
+    keep, p = keep_mask(x, p)
+    return x * keep.mul_(1.0 / (1.0 - p))
 
 
 def vpad(x, p, variant='A', training=True, eps=1e-6):
     """Variance-preserving affine dropout over the last dim of x (..., d). See the module docstring."""
     if not training or p == 0.0:
         return x
-    if variant == 'A':  # per-token mean; dropped units take the mean, kept ones are scaled around it
-        mu = x.mean(-1, keepdim=True)  # (..., 1)
-        return mu + (x - mu) * keep_mask(x, p, 1.0 / math.sqrt(1.0 - p))
-    if variant == 'B':  # per-feature mean over all tokens of the batch; detached, so that the
-        # statistics (which mix positions of the same sequence) carry no gradient between tokens
-        mu = x.detach().reshape(-1, x.shape[-1]).mean(0)  # (d,)
-        return mu + (x - mu) * keep_mask(x, p, 1.0 / math.sqrt(1.0 - p))
+    keep, p = keep_mask(x, p)
+    if variant in ('A', 'B'):  # dropped units take the mean, kept ones are scaled around it by 1/sqrt(1-p)
+        if variant == 'A':  # per-token mean
+            mu = x.mean(-1, keepdim=True)  # (..., 1)
+        else:  # per-feature mean over all tokens of the batch; detached, so that the statistics
+            # (which mix positions of the same sequence) carry no gradient between tokens
+            mu = x.detach().reshape(-1, x.shape[-1]).mean(0)  # (d,)
+        return torch.addcmul(mu, x - mu, keep, value=1.0 / math.sqrt(1.0 - p))  # mu + m (x - mu) / sqrt(1-p)
     if variant == 'C':  # dropout, then re-standardise to the realised per-token mean and std of x
-        d = x * keep_mask(x, p)
+        d = x * keep
         d = d - d.mean(-1, keepdim=True)
         return d * (x.std(-1, keepdim=True) / (d.std(-1, keepdim=True) + eps)) + x.mean(-1, keepdim=True)
     if variant == 'D':  # keep the per-token RMS (norm) of x
-        d = x * keep_mask(x, p)
+        d = x * keep
         return d * (x.norm(dim=-1, keepdim=True) / (d.norm(dim=-1, keepdim=True) + eps))
     raise ValueError(f"unknown vpad_variant {variant!r}; choose one of {VPAD_VARIANTS}")
 
@@ -124,3 +137,83 @@ class Linear(nn.Linear):
     def forward(self, x):
         return F.linear(self.pre_linear(x), self.weight, self.bias)
 
+
+
+# -----------------------------------------------------------------------------
+# The variance-mismatch probe (Fig. 3). Both probes hook a model built from these operators
+# (model.py's Transformer, mamba.py's Mamba2) and run it on one batch, in eval mode throughout.
+
+def _layer(name):
+    """'layers.3.attn.q' -> (3, 'attn.q')."""
+    parts = name.split('.')
+    i = parts.index('layers')
+    return int(parts[i + 1]), '.'.join(parts[i + 2:])
+
+
+@torch.no_grad()
+def variance_mismatch(model, idx, op=None):
+    """For every projection W (each dropout.Linear) of `model` on the batch idx (B, T): the
+    pre-activation y = W x in eval mode, and y' = W op(x) on the same input x with the site's
+    train-mode operator (its own, or `op`, e.g. VPAD(0.1)). One row per projection: the signed
+    relative error (Var[y'] - Var[y]) / Var[y], Var over all elements as in Fig. 3, and
+    r = sum_ij W_ij^2 x_j^2 / ||W x||^2 (summed over tokens) with what r predicts in expectation
+    over the mask (module docstring): PL-D p/(1-p) * r, VPAD p * (r - 1)."""
+    rows, hooks = [], []
+
+    def record(name, module, x):
+        site = op or module.pre_linear
+        if isinstance(site, nn.Identity):
+            raise ValueError(f"{name} has no pre-linear dropout (the model was trained without): give an operator")
+        was = site.training
+        site.train()
+        x = x[0]  # (B, T, d_in)
+        y, y_train = F.linear(x, module.weight, module.bias), F.linear(site(x), module.weight, module.bias)
+        site.train(was)
+        var, var_train = y.float().var().item(), y_train.float().var().item()
+        n = F.linear(x.float().pow(2), module.weight.float().pow(2)).sum()  # sum_ij W_ij^2 x_j^2, over tokens
+        r = (n / F.linear(x.float(), module.weight.float()).pow(2).sum()).item()
+        layer, matrix = _layer(name)
+        rows.append({'name': name, 'layer': layer, 'matrix': matrix, 'var_eval': var, 'var_train': var_train,
+                     'rel_err': (var_train - var) / var, 'r': r,
+                     'predicted_pre_linear': site.p / (1 - site.p) * r, 'predicted_vpad': site.p * (r - 1)})
+
+    for name, module in model.named_modules():
+        if isinstance(module, Linear):
+            hooks.append(module.register_forward_pre_hook(lambda m, x, name=name: record(name, m, x)))
+    was = model.training
+    try:
+        model.eval()
+        model.hidden(idx)
+    finally:
+        model.train(was)
+        for h in hooks:
+            h.remove()
+    return rows
+
+
+@torch.no_grad()
+def pre_norm_drift(model, idx, p):
+    """The pre-norm view: every block's normalised input (the output of the norms that read the
+    residual stream) in eval mode and with pre-norm dropout of rate p active at every PN-D site,
+    nothing else. One row per norm: the mean over tokens of the cosine between the two. Dropout
+    upstream reaches every later norm (Eq. 6), so the drift accumulates with depth."""
+    out, hooks = {}, []
+    norms = [(n, m) for n, m in model.named_modules() if re.fullmatch(r'layers\.\d+\.norm\d?', n)]  # not Mamba2's gated norm
+    for name, module in norms:
+        hooks.append(module.register_forward_hook(lambda m, x, y, name=name: out.setdefault(name, []).append(y.float())))
+    sites = [(block, block.pre_norm) for block in model.layers]
+    was = model.training
+    try:
+        model.eval()
+        model.hidden(idx)
+        for block, _ in sites:
+            block.pre_norm = Dropout(p)  # in training mode: only these are active
+        model.hidden(idx)
+    finally:
+        for block, site in sites:
+            block.pre_norm = site
+        model.train(was)
+        for h in hooks:
+            h.remove()
+    return [{'name': name, 'layer': _layer(name)[0], 'norm': _layer(name)[1],
+             'cosine': F.cosine_similarity(*out[name], dim=-1).mean().item()} for name, _ in norms]

@@ -92,8 +92,11 @@ if __name__ == '__main__':
     model, tokenizer, info = checkpoint.load_for_eval(ckpt, device, 'NIAH', window)
     checkpoint.check_length(model, max(lengths), ckpt)
 
-    summary = evaluate(model, tokenizer, ruler.Results(out + '.jsonl'), lengths, samples, depths, depth_samples, seed,
-                       device, chunk_size, autocast)
+    try:
+        summary = evaluate(model, tokenizer, ruler.Results(out + '.jsonl'), lengths, samples, depths, depth_samples,
+                           seed, device, chunk_size, autocast)
+    except ValueError as e:  # a length too short for the task
+        raise SystemExit(f"{e}: leave that length out of --lengths")
     name = os.path.basename(ckpt.rstrip('/'))
     print(f"\nNIAH-1 (RULER niah_single_1, {samples} samples per length, string_match_all x 100)")
     print(f"{'model':<24}" + ''.join(f"{ruler.length_label(L):>8}" for L in lengths))

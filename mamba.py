@@ -304,10 +304,12 @@ class Mamba2(nn.Module):
         return torch.cat(out, dim=1)
 
     def flops_per_token(self, T):
-        """Training FLOPs per token: 6N for the weights, plus the scan's products per layer and
-        head: C.B^T and its product with x inside a chunk (Q(N + P)), the chunk states (2NP)."""
+        """Training FLOPs per token: 6 per weight that multiplies (the blocks and the output head),
+        plus the scan's products per layer and head: C.B^T and its product with x inside a chunk
+        (Q(N + P)), the chunk states and their read-out (2NP). T does not enter: linear in length."""
         c = self.config
-        return 6 * self.num_params() + 6 * c.n_layer * c.nheads * (c.chunk_size * (c.d_state + c.headdim) + 2 * c.d_state * c.headdim)
+        scan = c.n_layer * c.nheads * (c.chunk_size * (c.d_state + c.headdim) + 2 * c.d_state * c.headdim)
+        return 6 * (self.num_params() + c.vocab_size * c.n_embd) + 6 * scan
 
 
 # -----------------------------------------------------------------------------

@@ -476,11 +476,26 @@ class Transformer(nn.Module):
         return torch.cat(out, dim=1)
 
     def flops_per_token(self, T):
-        """Training FLOPs per token at context T (PaLM appendix B): 6N plus the attention
-        scores, 12 * H * hd * (keys seen) per layer, with the window for sliding layers."""
-        H = self.config.n_head
-        attn = sum(12 * H * self.head_dim * (min(T, w) if w else T) for w in self.config.layer_windows())
-        return 6 * self.num_params() + attn
+        """Training FLOPs per token at context T (PaLM appendix B): 6 per weight that multiplies
+        (the blocks and the output head; the embedding lookup is free), plus the attention
+        scores and their values, 12 * H * hd * (keys seen) per layer, with the window for sliding
+        layers and every key counted (as PaLM and nanoGPT; causal kernels skip about half)."""
+        c = self.config
+        attn = sum(12 * c.n_head * self.head_dim * (min(T, w) if w else T) for w in c.layer_windows())
+        return 6 * (self.num_params() + c.vocab_size * c.n_embd) + attn
+
+
+# dense bf16 peak FLOP/s of a GPU (vendor data sheets, without sparsity), for MFU
+PEAK_FLOPS = {'A100': 312e12, 'H100': 989e12, 'H200': 989e12, 'B200': 2250e12, 'L40S': 362e12, 'A10': 125e12,
+              'L4': 121e12, 'RTX 4090': 165e12}
+
+
+def peak_flops(device):
+    """The bf16 peak of a CUDA device from PEAK_FLOPS, or None (CPU, or a GPU not in the table)."""
+    if not str(device).startswith('cuda'):
+        return None
+    name = torch.cuda.get_device_name(torch.device(device))
+    return next((v for k, v in PEAK_FLOPS.items() if k in name), None)
 
 
 # -----------------------------------------------------------------------------

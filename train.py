@@ -30,6 +30,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import checkpoint
 from configurator import configure
 from eval_loss import band_means, loss_curve
+from model import peak_flops
 from tasks import Copy
 from tokens import TokenData, batch_rng, same_tokenizer
 
@@ -373,8 +374,7 @@ def print_eval(it, r):
 
 say("config:\n" + "\n".join(f"  {k} = {v!r}" for k, v in config.items()))
 log({'event': 'start', 'iter': start_iter, 'config': config})
-peak = {'A100': 312e12, 'H100': 989e12, 'H200': 989e12, 'L40S': 362e12, 'A10': 125e12}  # dense bf16 FLOP/s
-peak = next((v for k, v in peak.items() if device_type == 'cuda' and k in torch.cuda.get_device_name()), None)
+peak = peak_flops(device)  # for MFU; None off CUDA
 flops_per_iter = raw_model.flops_per_token(block_size) * tokens_per_batch
 model.train()
 it = t0_iter = start_iter

@@ -1,12 +1,16 @@
 """The dropout operators: their statistics, and the identity in eval mode."""
 
 import math
+import re
+from types import SimpleNamespace
 
 import pytest
 import torch
 import torch.nn as nn
 
-from dropout import VPAD, Dropout, dropout, pre_linear, pre_norm, vpad
+from dropout import VPAD, Dropout, Linear, keep_mask, dropout, pre_linear, pre_norm, pre_norm_drift, variance_mismatch, vpad
+from mamba import Mamba2, Mamba2Config
+from model import Transformer, TransformerConfig
 
 
 def tokens(n=4096, d=512, seed=0):
@@ -63,10 +67,11 @@ def test_variants():
     torch.manual_seed(1)
     a = vpad(x, p, 'A')
     torch.manual_seed(1)
-    keep = torch.rand(x.shape) >= p
+    keep, rate = keep_mask(x, p)
+    keep = keep.bool()
     mu = x.mean(-1, keepdim=True).expand_as(x)
     torch.testing.assert_close(a[~keep], mu[~keep])
-    torch.testing.assert_close(a[keep], (mu + (x - mu) / math.sqrt(1 - p))[keep])
+    torch.testing.assert_close(a[keep], (mu + (x - mu) / math.sqrt(1 - rate))[keep])
     with pytest.raises(ValueError, match='vpad_variant'):
         vpad(x, p, 'Z')
 
@@ -98,3 +103,104 @@ def test_inverted_dropout(dtype):
     assert (y == 0).float().mean().item() == pytest.approx(0.3, abs=0.002)
     assert y[y != 0].float().unique().tolist() == pytest.approx([1 / 0.7], rel=1e-2)
     assert y.float().mean().item() == pytest.approx(1.0, abs=0.005)
+
+
+# --- the variance-mismatch probe (Fig. 3) ---------------------------------------------------
+
+class OneProjection(nn.Module):
+    """One random isotropic projection as 'layers.0.proj', for the probe."""
+
+    def __init__(self, dropout_type, p, d=256):
+        super().__init__()
+        config = SimpleNamespace(bias=False, dropout_type=dropout_type, dropout=p, vpad_variant='A')
+        self.layers = nn.ModuleList([nn.ModuleDict({'proj': Linear(d, d, config)})])
+        nn.init.normal_(self.layers[0]['proj'].weight, std=d ** -0.5)
+
+    def hidden(self, x):
+        return self.layers[0]['proj'](x)
+
+
+@pytest.mark.parametrize('p', [0.1, 0.3])
+def test_probe_on_an_isotropic_projection(p):
+    """PL-D inflates Var[Wx] by p/(1-p); VPAD (reconstruction A) by far less; r = 1 predicts both."""
+    torch.manual_seed(0)
+    x = torch.randn(16, 256, 256)  # isotropic inputs, (B, T, d)
+    [pl] = variance_mismatch(OneProjection('pre_linear', p), x)
+    [vp] = variance_mismatch(OneProjection('vpad', p), x)
+    assert (pl['layer'], pl['matrix']) == (0, 'proj')
+    assert pl['r'] == pytest.approx(1.0, abs=0.01)
+    assert pl['rel_err'] == pytest.approx(p / (1 - p), rel=0.05) == pl['predicted_pre_linear']
+    assert abs(vp['rel_err']) < 0.1 * p / (1 - p) and abs(vp['predicted_vpad']) < 0.01
+    # an operator given for a model trained without pre-linear dropout; none given is an error
+    [given] = variance_mismatch(OneProjection('none', 0.0), x, VPAD(p))
+    assert abs(given['rel_err']) < 0.1 * p / (1 - p)
+    with pytest.raises(ValueError, match='give an operator'):
+        variance_mismatch(OneProjection('none', 0.0), x)
+
+
+def test_probe_on_a_transformer_leaves_it_as_it_was():
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig(n_layer=2, n_head=2, n_embd=32, vocab_size=64, block_size=64,
+                                          dropout_type='pre_linear', dropout=0.2)).train()
+    idx = torch.randint(0, 64, (32, 64))
+    with torch.no_grad():
+        before = model.eval().hidden(idx)
+    model.train()
+    rows = variance_mismatch(model, idx)
+    linears = [n for n, m in model.named_modules() if isinstance(m, Linear)]
+    assert [r['name'] for r in rows] == linears and {r['layer'] for r in rows} == {0, 1}
+    # measured (one mask) against predicted from r (in expectation over masks), matrix by matrix
+    for r in rows:
+        assert r['rel_err'] == pytest.approx(r['predicted_pre_linear'], rel=0.1), r['name']
+    assert model.training and all(m.pre_linear.training for n, m in model.named_modules() if isinstance(m, Linear))
+    with torch.no_grad():
+        assert torch.equal(model.eval().hidden(idx), before)
+
+
+@pytest.mark.parametrize('model_type', ['transformer', 'mamba2'])
+def test_pre_norm_drift_equals_a_model_trained_with_pre_norm_dropout(model_type):
+    """The probe's second pass is exactly the model with PN-D on in training mode (same seed)."""
+    torch.manual_seed(0)
+    if model_type == 'transformer':
+        make = lambda **kw: Transformer(TransformerConfig(n_layer=3, n_head=2, n_embd=32, vocab_size=64, **kw))  # noqa: E731
+        names = ['norm1', 'norm2']
+    else:
+        make = lambda **kw: Mamba2(Mamba2Config(n_layer=3, n_embd=32, d_state=8, headdim=8, vocab_size=64, chunk_size=8, **kw))  # noqa: E731
+        names = ['norm']
+    model = make()
+    twin = make(dropout_type='pre_norm', dropout=0.3)
+    twin.load_state_dict(model.state_dict())
+    idx = torch.randint(0, 64, (2, 24))
+    torch.manual_seed(1)
+    rows = pre_norm_drift(model, idx, 0.3)
+    assert [(r['layer'], r['norm']) for r in rows] == [(l, n) for l in range(3) for n in names]
+    assert isinstance(model.layers[0].pre_norm, nn.Identity) and model.training  # as it was
+    outs = []
+    hooks = [m.register_forward_hook(lambda m, x, y: outs.append(y)) for n, m in twin.named_modules()
+             if re.fullmatch(r'layers\.\d+\.norm\d?', n)]
+    with torch.no_grad():
+        twin.eval().hidden(idx)
+        clean, outs = outs, []  # the hooks now fill the new list
+        torch.manual_seed(1)
+        twin.train().hidden(idx)
+    for h in hooks:
+        h.remove()
+    expected = [torch.nn.functional.cosine_similarity(a, b, dim=-1).mean().item() for a, b in zip(clean, outs)]
+    assert [r['cosine'] for r in rows] == pytest.approx(expected, abs=1e-6)
+    assert rows[0]['cosine'] == pytest.approx(1.0) and min(r['cosine'] for r in rows) < 0.99
+    assert all(r['cosine'] == pytest.approx(1.0) for r in pre_norm_drift(model, idx, 0.0))
+
+
+def test_keep_mask_rate_and_independence():
+    torch.manual_seed(0)
+    x = torch.empty(1001, 999)  # not a multiple of 4 elements: the last 64-bit draw is partly used
+    keep, rate = keep_mask(x, 0.1)
+    assert keep.shape == x.shape and keep.dtype == x.dtype and rate == 3277 / 32768 and set(keep.unique().tolist()) == {0, 1}
+    four = 1 - keep.flatten()[:-3].view(-1, 4)  # dropped or not, the four elements that share a draw
+    assert four.mean(0).tolist() == pytest.approx([0.1] * 4, abs=0.003)  # each at the rate (none biased)
+    c = four - rate
+    assert all((c[:, i] * c[:, j]).mean().abs().item() < 1e-3 for i in range(4) for j in range(i))  # uncorrelated
+    assert keep_mask(x, 0.5)[1] == 0.5 and keep_mask(x, 0.0)[0].all()
+    assert keep_mask(x.bfloat16(), 0.1)[0].dtype == torch.bfloat16
+    with pytest.raises(ValueError, match=r'in \[0, 1\)'):
+        keep_mask(x, 1.0)

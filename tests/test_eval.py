@@ -4,6 +4,7 @@ model), eval_loss.py against a direct full-sequence computation, and their error
 import json
 import os
 import random
+from statistics import mean
 import re
 import subprocess
 import sys
@@ -155,6 +156,8 @@ def test_eval_errors(tiny_data, tmp_path):
     assert r.returncode != 0 and 'learned absolute positions for 32 tokens: it cannot take 64' in r.stderr
     r = run('eval_niah.py', f'--ckpt={learned}', '--lengths=[1024]')
     assert r.returncode != 0 and 'learned absolute positions for 32 tokens: it cannot take 1024' in r.stderr
+    r = run('eval_niah.py', f'--ckpt={ckpt}', '--lengths=[512]', '--depths=[]')
+    assert r.returncode != 0 and 'too few for this task' in r.stderr and 'Traceback' not in r.stderr
     ckpt_gpt2 = checkpoint.load(ckpt)
     ckpt_gpt2['tokenizer'] = {'kind': 'gpt2'}
     checkpoint.save(ckpt_gpt2, str(tmp_path / 'c.pt'))
@@ -184,3 +187,18 @@ def test_eval_ruler_script(tiny_data, tmp_path):
     assert len(open(tmp_path / 'ckpt_000007_ruler.jsonl').readlines()) == 5
     r = run('eval_ruler.py', f'--ckpt={ckpt}', '--tasks=niah_single_7')
     assert r.returncode != 0 and "unknown RULER task 'niah_single_7'" in r.stderr
+
+
+def test_probe_variance_script(tiny_data, tmp_path):
+    ckpt = save_tiny(tmp_path / 'ckpt_000007.pt', tiny_data, dropout_type='pre_linear', dropout=0.2)  # 2 layers
+    r = run('probe_variance.py', f'--ckpt={ckpt}', '--batch_size=4')
+    assert r.returncode == 0, r.stderr
+    got = json.loads((tmp_path / 'ckpt_000007_probe_pre_linear.json').read_text())
+    assert got['p'] == 0.2 and got['paper'] == [0.29, 0.37] and len(got['matrices']) == 2 * 6
+    layers = got['layers']
+    assert (got['first_half'], got['second_half']) == (layers['0']['rel_err'], layers['1']['rel_err'])
+    assert layers['0']['rel_err'] == pytest.approx(mean(abs(m['rel_err']) for m in got['matrices'] if m['layer'] == 0))
+    assert [d['cosine'] for d in got['pre_norm_drift']][0] == pytest.approx(1.0)
+    assert os.path.exists(tmp_path / 'ckpt_000007_probe_pre_linear.png') and 'first / second half' in r.stdout
+    r = run('probe_variance.py', f'--ckpt={save_tiny(tmp_path / "none.pt", tiny_data)}')
+    assert r.returncode != 0 and 'give --dropout_type=pre_linear or vpad' in r.stderr

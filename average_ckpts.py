@@ -1,0 +1,200 @@
+"""
+Checkpoint averaging (the paper's Tables 9, 10 and 12, Figure 6): the uniform average of the
+parameters of several checkpoints of one run, written as a normal checkpoint that every eval
+script loads.
+
+    python average_ckpts.py --ckpt_dir=out/quickstart --last=10             # the last 10 saved steps
+    python average_ckpts.py --ckpt_dir=out/quickstart --last=10 --stride=2  # every other one of them
+    python average_ckpts.py --ckpt_dir=out/quickstart --start=300 --stop=480
+    python average_ckpts.py --steps="[400, 450, 488]" --ckpt_dir=out/quickstart
+    python average_ckpts.py --ckpts="['hf/cpt_a', 'hf/cpt_b']" --out=hf/cpt_avg   # weights folders
+
+Checkpoint files (ckpt_{step}.pt, transformer or Mamba2) give a checkpoint file: the newest
+one's metadata, the averaged weights, and `averaged_steps`. Hugging Face folders (SmolLM3 or
+Mamba2; sharded safetensors or pytorch_model*.bin) give a folder laid out like the newest one,
+with averaged.json naming its sources. Checkpoints are read one at a time (memory-mapped), so
+memory stays at about two models: the sum is kept in float32 (float64 for float32 weights, so
+that the mean is the correctly rounded one) and cast back to the stored dtype. Non-float tensors
+come from the newest. Everything is checked before anything is averaged: a different
+architecture, a missing or extra key, a different shape, or fewer checkpoints than asked for
+stop the script with nothing written. The output is written atomically.
+"""
+
+import json
+import os
+import shutil
+import sys
+
+import torch
+from tqdm import tqdm
+
+import checkpoint
+
+IGNORED_CONFIG_KEYS = ('transformers_version', 'torch_dtype', 'dtype')  # bookkeeping in config.json
+
+
+def weight_files(path):
+    """The files that hold a checkpoint's weights: itself, or a folder's (sharded) weight files."""
+    if not os.path.isdir(path):
+        return [path]
+    names = sorted(os.listdir(path))
+    files = ([n for n in names if n.endswith('.safetensors')] or
+             [n for n in names if n.startswith('pytorch_model') and n.endswith('.bin')])
+    if not files:
+        raise ValueError(f"{path} has no *.safetensors or pytorch_model*.bin weights")
+    return [os.path.join(path, n) for n in files]
+
+
+def read(file):
+    """name -> tensor of one weight file, lazily (memory-mapped or read on access)."""
+    if file.endswith('.safetensors'):
+        from safetensors import safe_open
+        with safe_open(file, 'pt') as f:
+            for name in f.keys():
+                yield name, f.get_tensor(name)
+    else:
+        state = checkpoint.load(file)
+        yield from (state['model'] if file.endswith('.pt') else state).items()
+
+
+def shapes(file):
+    """name -> (shape, is float) of one weight file, without reading the weights."""
+    if file.endswith('.safetensors'):
+        from safetensors import safe_open
+        with safe_open(file, 'pt') as f:
+            return {n: (tuple(f.get_slice(n).get_shape()), f.get_slice(n).get_dtype().startswith(('F', 'BF')))
+                    for n in f.keys()}
+    return {n: (tuple(t.shape), t.is_floating_point()) for n, t in read(file)}
+
+
+def architecture(path):
+    """What averaged checkpoints must share: model type and arguments, or a folder's config.json."""
+    if os.path.isdir(path):
+        with open(os.path.join(path, 'config.json')) as f:
+            config = json.load(f)
+        return {k: v for k, v in config.items() if not k.startswith('_') and k not in IGNORED_CONFIG_KEYS}
+    ckpt = checkpoint.load(path)
+    return {'model_type': ckpt['model_type'], **ckpt['model_args']}
+
+
+def check(paths):
+    """ValueError, naming the first difference, unless all checkpoints have one architecture and the
+    same tensors."""
+    if not paths:
+        raise ValueError("no checkpoints to average")
+    if len({os.path.isdir(p) for p in paths}) > 1:
+        raise ValueError("cannot average checkpoint files with weights folders")
+    ref_arch, ref_shapes = None, None
+    for path in paths:
+        arch = architecture(path)
+        found = {n: s for f in weight_files(path) for n, s in shapes(f).items()}
+        if ref_arch is None:
+            ref_arch, ref_shapes, first = arch, found, path
+            continue
+        diff = sorted((k for k in ref_arch.keys() | arch.keys() if ref_arch.get(k) != arch.get(k)), key=lambda k: (k != 'model_type', k))
+        if diff:
+            raise ValueError(f"{path} and {first} differ in {', '.join(f'{k} ({ref_arch.get(k)!r} vs {arch.get(k)!r})' for k in diff[:5])}")
+        if found.keys() != ref_shapes.keys():
+            odd = sorted(found.keys() ^ ref_shapes.keys())
+            raise ValueError(f"{path} and {first} hold different tensors: {', '.join(odd[:5])}")
+        bad = [n for n in found if found[n] != ref_shapes[n]]
+        if bad:
+            raise ValueError(f"{path} and {first} differ in {bad[0]}: shape {found[bad[0]][0]} vs {ref_shapes[bad[0]][0]}"
+                             f" (float: {found[bad[0]][1]} vs {ref_shapes[bad[0]][1]})")
+
+
+def average(paths):
+    """The uniform average of the checkpoints' weights: name -> tensor in the newest's dtype."""
+    check(paths)
+    total, newest = {}, {}
+    for path in tqdm(paths, desc='averaging', unit='ckpt', disable=len(paths) < 3):
+        for file in weight_files(path):
+            for name, t in read(file):
+                if not t.is_floating_point():
+                    newest[name] = t  # the last checkpoint read is the newest
+                    continue
+                acc = torch.float64 if t.dtype in (torch.float32, torch.float64) else torch.float32
+                if name in total:
+                    total[name] += t.to(total[name].dtype)
+                else:
+                    total[name] = t.to(acc, copy=True)
+                newest[name] = t.dtype
+    return {n: (total[n] / len(paths)).to(newest[n]) if n in total else newest[n] for n in newest}
+
+
+def write_file(state, paths, steps, out):
+    """A checkpoint file: the newest's metadata with the averaged weights (atomic)."""
+    ckpt = dict(checkpoint.load(paths[-1]))
+    ckpt.update(model=state, averaged_steps=steps, averaged_from=[os.path.abspath(p) for p in paths])
+    checkpoint.save(ckpt, out)
+
+
+def write_folder(state, paths, out):
+    """A weights folder laid out like the newest (same shards, same file formats, its other files),
+    written as out.tmp and renamed."""
+    from safetensors.torch import save_file
+    tmp = out.rstrip('/') + '.tmp'
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(paths[-1], tmp, ignore=lambda d, names: [n for n in names if n.endswith(('.safetensors', '.bin'))])
+    for file in weight_files(paths[-1]):
+        shard = {n: state[n].contiguous() for n in shapes(file)}
+        dest = os.path.join(tmp, os.path.basename(file))
+        save_file(shard, dest, metadata={'format': 'pt'}) if file.endswith('.safetensors') else torch.save(shard, dest)
+    with open(os.path.join(tmp, 'averaged.json'), 'w') as f:
+        json.dump({'averaged_from': [os.path.abspath(p) for p in paths]}, f, indent=1)
+    if os.path.exists(out):  # the old one goes only once the new one is complete
+        os.replace(out, out.rstrip('/') + '.old')
+        os.replace(tmp, out)
+        shutil.rmtree(out.rstrip('/') + '.old')
+    else:
+        os.replace(tmp, out)
+
+
+def select(ckpt_dir, last, stride, start, stop):
+    """Steps of ckpt_dir in [start, stop], every stride-th counted back from the newest, the last `last` of them."""
+    found = [s for s in checkpoint.steps(ckpt_dir) if start <= s and (stop < 0 or s <= stop)]
+    chosen = found[::-1][::stride][:last or None][::-1]
+    if last and len(chosen) < last:
+        raise ValueError(f"{ckpt_dir} has {len(chosen)} checkpoints in that range with stride {stride} "
+                         f"({chosen}), fewer than the {last} asked for")
+    return chosen
+
+
+if __name__ == '__main__':
+    from configurator import configure
+
+    # -------------------------------------------------------------------------
+    ckpt_dir = ''  # a run's out_dir (its ckpt_{step}.pt files)
+    last = 10  # K: average the last K (0: all of them in the range)
+    stride = 1  # take every stride-th checkpoint, counted back from the newest
+    start = 0  # only steps >= start
+    stop = -1  # only steps <= stop (-1: no limit)
+    steps: list = []  # or exactly these steps of ckpt_dir
+    ckpts: list = []  # or these checkpoint files or weights folders, oldest first
+    out = ''  # default: ckpt_dir/avg{K}_{first}-{last}.pt, or <newest folder>_avg{K}
+    # -------------------------------------------------------------------------
+    globals().update(configure(globals(), sys.argv[1:]))
+    try:
+        if ckpts:
+            paths, chosen = list(ckpts), []
+        elif ckpt_dir:
+            chosen = sorted(steps) if steps else select(ckpt_dir, last, stride, start, stop)
+            paths = [checkpoint.step_path(ckpt_dir, s) for s in chosen]
+            missing = [p for p in paths if not os.path.exists(p)]
+            if missing:
+                raise ValueError(f"no such checkpoints: {', '.join(missing)}")
+        else:
+            raise ValueError("give --ckpt_dir (with --last, --start/--stop/--stride or --steps) or --ckpts")
+        folders = os.path.isdir(paths[0]) if paths else False
+        if not out:
+            out = (paths[-1].rstrip('/') + f'_avg{len(paths)}' if folders or not chosen else
+                   os.path.join(ckpt_dir or os.path.dirname(paths[-1]), f'avg{len(paths)}_{chosen[0]:06d}-{chosen[-1]:06d}.pt'))
+        if os.path.abspath(out) in map(os.path.abspath, paths):
+            raise ValueError(f"--out={out} is one of the checkpoints being averaged")
+        names = [os.path.basename(p.rstrip('/')) for p in paths]
+        print(f"averaging {len(paths)} checkpoints: " + ', '.join(names if len(names) < 5 else names[:2] + ['...'] + names[-2:]))
+        state = average(paths)
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"nothing written: {e}")
+    write_folder(state, paths, out) if folders else write_file(state, paths, chosen, out)
+    print(f"wrote {out}")

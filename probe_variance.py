@@ -1,0 +1,110 @@
+"""
+The pre-activation variance mismatch of the paper's Figure 3, for a trained checkpoint
+(the measuring lives in dropout.py: variance_mismatch, pre_norm_drift).
+
+    python probe_variance.py --ckpt=out/quickstart/ckpt_000488.pt                   # its own dropout
+    python probe_variance.py --ckpt=out/quickstart/ckpt_000488.pt --dropout_type=pre_linear
+
+On one batch of validation windows: for every projection, the relative error between the
+variance of its pre-activations with the train-mode dropout operator and in eval mode (same
+inputs), averaged over matrices per layer and over the first and second half of the layers as in
+Figure 3 (the paper, SmolLM3-3B: PL-D 0.29 / 0.37, VPAD 0.09 / 0.06); beside it the ratio r
+that predicts the error (PL-D p/(1-p) r, VPAD p (r-1); dropout.py's docstring). Then the
+pre-norm view: the cosine between each block's normalised input with and without pre-norm
+dropout. Writes <ckpt>_probe_<type>.json and .png.
+"""
+
+import json
+import sys
+from collections import defaultdict
+
+import torch
+
+import checkpoint
+from configurator import configure
+from dropout import pre_linear, pre_norm_drift, variance_mismatch
+from tokens import TokenData, batch_rng
+
+PAPER = {'pre_linear': (0.29, 0.37), 'vpad': (0.09, 0.06)}  # Fig. 3, first / last 18 layers of SmolLM3-3B
+
+# -----------------------------------------------------------------------------
+ckpt = ''
+dropout_type = ''  # 'pre_linear' or 'vpad'; default: the model's own
+dropout = -1.0  # p; default: the model's own (0.1 if it has none)
+vpad_variant = ''  # default: the model's own
+data_dir = ''  # default: the checkpoint's training data
+split = 'val'
+batch_size = 8
+length = 0  # tokens per window; default: the training length
+seed = 0
+out = ''  # default: <ckpt>_probe_<type>
+# -----------------------------------------------------------------------------
+globals().update(configure(globals(), sys.argv[1:]))
+if not ckpt:
+    raise SystemExit("give a checkpoint: --ckpt=out/quickstart/ckpt_000488.pt")
+model, _, info = checkpoint.load_for_eval(ckpt, 'cpu', 'the probe')
+c = model.config
+dropout_type = dropout_type or c.dropout_type
+if dropout_type not in ('pre_linear', 'vpad'):
+    raise SystemExit(f"the model was trained with dropout_type={c.dropout_type!r}: give --dropout_type=pre_linear or vpad")
+p = dropout if dropout >= 0 else (c.dropout or 0.1)
+op = pre_linear(dropout_type, p, vpad_variant or c.vpad_variant)
+config = info.get('config', {})
+try:
+    data = TokenData(data_dir or config.get('data_dir', ''), split)
+except FileNotFoundError as e:
+    raise SystemExit(str(e))
+length = length or config.get('block_size') or 1024
+torch.manual_seed(seed)
+idx, _ = data.batch(batch_size, length, batch_rng(seed, 1))
+
+rows = variance_mismatch(model, idx, op)
+drift = pre_norm_drift(model, idx, p)
+
+# per layer: mean |relative error| over its matrices, mean r and the predictions
+by_layer = defaultdict(list)
+for row in rows:
+    by_layer[row['layer']].append(row)
+mean = lambda xs: sum(xs) / len(xs)
+layers = {l: {'rel_err': mean([abs(r['rel_err']) for r in rs]), 'signed': mean([r['rel_err'] for r in rs]),
+              'r': mean([r['r'] for r in rs]),
+              'predicted': mean([abs(r['predicted_' + dropout_type]) for r in rs])} for l, rs in sorted(by_layer.items())}
+half = len(layers) // 2 or 1
+halves = [mean([layers[l]['rel_err'] for l in sorted(layers)[s]]) for s in (slice(0, half), slice(half, None))]
+cos = {l: [d['cosine'] for d in drift if d['layer'] == l] for l in layers}
+
+name = f"{dropout_type}{'' if dropout_type != 'vpad' else ' ' + op.variant}, p = {p}"
+print(f"{ckpt}: {name}, {batch_size} windows of {length} tokens\n")
+print(f"{'layer':>5} {'|rel err|':>10} {'signed':>8} {'r':>7} {'predicted':>10}   pre-norm cosine (p = {p})")
+for l, v in layers.items():
+    print(f"{l:>5} {v['rel_err']:>10.4f} {v['signed']:>8.4f} {v['r']:>7.3f} {v['predicted']:>10.4f}   "
+          + ' '.join(f"{x:.4f}" for x in cos[l]))
+print(f"\nrelative variance error, first / second half of the layers: {halves[0]:.3f} / {halves[1]:.3f}"
+      + (f"   (paper, SmolLM3-3B: {PAPER[dropout_type][0]} / {PAPER[dropout_type][1]})"))
+
+out = out or f"{ckpt.removesuffix('.pt').rstrip('/')}_probe_{dropout_type}"
+with open(out + '.json', 'w') as f:
+    json.dump({'ckpt': ckpt, 'dropout_type': dropout_type, 'p': p, 'vpad_variant': op.variant if dropout_type == 'vpad' else None,
+               'batch_size': batch_size, 'length': length, 'first_half': halves[0], 'second_half': halves[1],
+               'paper': PAPER[dropout_type], 'layers': layers, 'matrices': rows, 'pre_norm_drift': drift}, f, indent=1)
+import matplotlib
+matplotlib.use('Agg')
+import matplotlib.pyplot as plt
+fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8))
+ls = list(layers)
+a.bar([l - 0.2 for l in ls], [layers[l]['rel_err'] for l in ls], width=0.4, label='measured')
+a.bar([l + 0.2 for l in ls], [layers[l]['predicted'] for l in ls], width=0.4, label='predicted from r')
+a.set_xlabel('layer')
+a.set_ylabel('|Var[y train] - Var[y eval]| / Var[y eval]')
+a.set_title(f"pre-activation variance mismatch, {name}", fontsize=9)
+a.legend(fontsize=8)
+for norm in sorted({d['norm'] for d in drift}):
+    b.plot([d['layer'] for d in drift if d['norm'] == norm], [d['cosine'] for d in drift if d['norm'] == norm],
+           marker='o', label=norm)
+b.set_xlabel('layer')
+b.set_ylabel('cosine(normalised input, train vs eval)')
+b.set_title(f"pre-norm view: pre-norm dropout p = {p}", fontsize=9)
+b.legend(fontsize=8)
+fig.tight_layout()
+fig.savefig(out + '.png', dpi=120)
+print(f"wrote {out}.json and {out}.png")

@@ -1,0 +1,67 @@
+"""FLOP counting against hand counts, the GPU peak table, and bench.py's modes on a tiny model."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import bench
+import model as model_py
+from conftest import ROOT
+from mamba import Mamba2, Mamba2Config
+from model import Transformer, TransformerConfig
+
+
+def test_transformer_flops_by_hand():
+    m = Transformer(TransformerConfig(n_layer=2, n_head=2, n_embd=16, vocab_size=64, window=[0, 8], pos_encoding='nape'))
+    # per layer: q, k, v, o 4 * 16 * 16 = 1024; MLP 16 * 64 * 2 = 2048; two RMSNorm gains 32
+    # -> 3104; two layers and the final norm 6224; the tied head multiplies 64 * 16 = 1024 more
+    weights = 2 * (4 * 16 * 16 + 2 * 16 * 64 + 2 * 16) + 16 + 64 * 16
+    # attention at T = 32: 12 * H * hd * keys, all 32 keys in layer 0, the 8 of its window in layer 1
+    attn = 12 * 2 * 8 * 32 + 12 * 2 * 8 * 8
+    assert m.flops_per_token(32) == 6 * weights + attn == 6 * 7248 + 7680
+    assert m.flops_per_token(4) == 6 * 7248 + 12 * 2 * 8 * (4 + 4)  # a window longer than the context
+
+
+def test_mamba2_flops_by_hand():
+    m = Mamba2(Mamba2Config(n_layer=1, n_embd=32, expand=2, headdim=16, d_state=8, ngroups=1, d_conv=4, chunk_size=8,
+                            vocab_size=64))
+    # d_inner 64, 4 heads; in_proj 32 -> z, x (64 each), B, C (8 each), dt (4): 32 * 148
+    # depthwise conv over x, B, C (80 channels) with bias: 80 * 4 + 80; dt_bias, A_log, D: 3 * 4;
+    # gated norm 64; out_proj 64 * 32; block norm 32; final norm 32; the tied head 64 * 32
+    weights = 32 * 148 + 80 * 4 + 80 + 3 * 4 + 64 + 64 * 32 + 32 + 32 + 64 * 32
+    # the scan per head: Q (N + P) inside a chunk, 2 N P for the states: 8 * (8 + 16) + 2 * 8 * 16
+    scan = 4 * (8 * (8 + 16) + 2 * 8 * 16)
+    assert m.flops_per_token(1024) == 6 * weights + 6 * scan == 6 * 9372 + 6 * 1792
+
+
+def test_peak_flops(monkeypatch):
+    assert model_py.peak_flops('cpu') is None
+    monkeypatch.setattr(torch.cuda, 'get_device_name', lambda d=None: 'NVIDIA H200')
+    assert model_py.peak_flops('cuda:0') == 989e12
+    monkeypatch.setattr(torch.cuda, 'get_device_name', lambda d=None: 'Some Future GPU')
+    assert model_py.peak_flops('cuda') is None
+
+
+def test_nanogpt_yardstick_has_the_size_of_model_py_configured_as_nanogpt():
+    ours = Transformer(TransformerConfig(n_layer=2, n_head=2, n_embd=32, vocab_size=64, block_size=16,
+                                         pos_encoding='learned', norm='layernorm', bias=True, mlp='gelu'))
+    plain = bench.NanoGPT(64, 16, 2, 2, 32)
+    assert sum(p.numel() for p in plain.parameters()) == sum(p.numel() for p in ours.parameters())
+    idx = torch.randint(0, 64, (2, 16))
+    logits, loss = plain(idx, idx)
+    assert logits.shape == (2, 16, 64) and abs(loss.item() - torch.log(torch.tensor(64.0)).item()) < 0.5
+
+
+@pytest.mark.parametrize('mode,rows', [('train', ['none', 'pre_norm', 'pre_linear', 'vpad', 'attn_dropout']),
+                                       ('nanogpt', ['nanoGPT', 'model.py as nanoGPT', 'model.py, nape'])])
+def test_bench_script(mode, rows):
+    r = subprocess.run([sys.executable, 'bench.py', f'--mode={mode}', '--n_layer=1', '--n_embd=32', '--n_head=2',
+                        '--batch_size=2', '--block_size=16', '--steps=1', '--rounds=1', '--warmup=1'],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    for name in rows:
+        line = next(l for l in lines if l.strip().startswith(name + ' ') or l.strip().split('  ')[0] == name)
+        assert float(line.split()[-1]) > 0  # the ratio to the first row
