@@ -91,9 +91,11 @@ def check(paths):
         if ref_arch is None:
             ref_arch, ref_shapes, first = arch, found, path
             continue
-        diff = sorted((k for k in ref_arch.keys() | arch.keys() if ref_arch.get(k) != arch.get(k)), key=lambda k: (k != 'model_type', k))
+        diff = sorted((k for k in ref_arch.keys() | arch.keys() if ref_arch.get(k) != arch.get(k)),
+                      key=lambda k: (k != 'model_type', k))  # the model type first, if it differs
         if diff:
-            raise ValueError(f"{path} and {first} differ in {', '.join(f'{k} ({ref_arch.get(k)!r} vs {arch.get(k)!r})' for k in diff[:5])}")
+            what = ', '.join(f'{k} ({ref_arch.get(k)!r} vs {arch.get(k)!r})' for k in diff[:5])
+            raise ValueError(f"{path} and {first} differ in {what}")
         if found.keys() != ref_shapes.keys():
             odd = sorted(found.keys() ^ ref_shapes.keys())
             raise ValueError(f"{path} and {first} hold different tensors: {', '.join(odd[:5])}")
@@ -171,7 +173,7 @@ if __name__ == '__main__':
     stop = -1  # only steps <= stop (-1: no limit)
     steps: list = []  # or exactly these steps of ckpt_dir
     ckpts: list = []  # or these checkpoint files or weights folders, oldest first
-    out = ''  # default: ckpt_dir/avg{K}_{first}-{last}.pt, or <newest folder>_avg{K}
+    out = ''  # default: ckpt_dir/avg{K}_{first}-{last}.pt, or beside the newest given path: <name>_avg{K}[.pt]
     # -------------------------------------------------------------------------
     globals().update(configure(globals(), sys.argv[1:]))
     try:
@@ -185,14 +187,18 @@ if __name__ == '__main__':
                 raise ValueError(f"no such checkpoints: {', '.join(missing)}")
         else:
             raise ValueError("give --ckpt_dir (with --last, --start/--stop/--stride or --steps) or --ckpts")
-        folders = os.path.isdir(paths[0]) if paths else False
-        if not out:
-            out = (paths[-1].rstrip('/') + f'_avg{len(paths)}' if folders or not chosen else
-                   os.path.join(ckpt_dir or os.path.dirname(paths[-1]), f'avg{len(paths)}_{chosen[0]:06d}-{chosen[-1]:06d}.pt'))
+        if not paths:
+            raise ValueError(f"no checkpoints (ckpt_*.pt) in {ckpt_dir} in that range")
+        folders = os.path.isdir(paths[0])
+        if not out and chosen:
+            out = os.path.join(ckpt_dir, f'avg{len(paths)}_{chosen[0]:06d}-{chosen[-1]:06d}.pt')
+        elif not out:  # beside the newest of the given paths
+            out = paths[-1].rstrip('/').removesuffix('.pt') + f'_avg{len(paths)}' + ('' if folders else '.pt')
         if os.path.abspath(out) in map(os.path.abspath, paths):
             raise ValueError(f"--out={out} is one of the checkpoints being averaged")
         names = [os.path.basename(p.rstrip('/')) for p in paths]
-        print(f"averaging {len(paths)} checkpoints: " + ', '.join(names if len(names) < 5 else names[:2] + ['...'] + names[-2:]))
+        names = names if len(names) < 5 else names[:2] + ['...'] + names[-2:]
+        print(f"averaging {len(paths)} checkpoints: {', '.join(names)}")
         state = average(paths)
     except (OSError, ValueError) as e:
         raise SystemExit(f"nothing written: {e}")

@@ -67,11 +67,11 @@ def table(title, rows, unit, extra=None):
     """rows: name -> value, printed with its ratio to the first; extra: name -> {column: text}."""
     base = next(iter(rows.values()))
     extra = extra or {}
-    columns = list(next(iter(extra.values()), {}))
+    columns = list(dict.fromkeys(c for v in extra.values() for c in v))
     print(title)
     print(f"{'':>22} {unit:>12} {'ratio':>8}" + ''.join(f"{c:>12}" for c in columns))
     for k, v in rows.items():
-        print(f"{k:>22} {v:>12,.0f} {v / base:>8.2f}" + ''.join(f"{extra[k][c]:>12}" for c in columns))
+        print(f"{k:>22} {v:>12,.0f} {v / base:>8.2f}" + ''.join(f"{extra.get(k, {}).get(c, ''):>12}" for c in columns))
 
 
 class NanoGPT(nn.Module):
@@ -104,6 +104,12 @@ class NanoGPT(nn.Module):
             x = x + b['mlp_proj'](F.gelu(b['c_fc'](b['ln_2'](x))))
         logits = self.ln_f(x) @ self.wte.weight.T  # (B, T, V)
         return logits, F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+
+    def flops_per_token(self, T):
+        """As model.py counts: 6 per multiplying weight (all but the positions; wte is also the head),
+        plus 12 * C * T per layer for the attention."""
+        weights = sum(p.numel() for p in self.parameters()) - self.wpe.weight.numel()
+        return 6 * weights + 12 * len(self.blocks) * self.wpe.embedding_dim * T
 
 
 @torch.no_grad()
@@ -180,9 +186,8 @@ if __name__ == '__main__':
                 extra[name]['step MB'] = f"{(torch.cuda.max_memory_allocated() - before) / 2 ** 20:,.0f}"
         secs = timed(runs, steps, 0, rounds)
         for name, model in models.items():
-            if peak and hasattr(model, 'flops_per_token'):
+            if peak:
                 extra[name]['MFU'] = f"{100 * model.flops_per_token(block_size) * tokens / secs[name] / peak:.1f}%"
-        extra = {k: {c: v.get(c, '') for c in dict.fromkeys(c for v in extra.values() for c in v)} for k, v in extra.items()}
         table(title, {k: tokens / s for k, s in secs.items()}, 'tokens/s', extra)
 
     def kernel_count():

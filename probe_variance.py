@@ -17,6 +17,7 @@ dropout. Writes <ckpt>_probe_<type>.json and .png.
 import json
 import sys
 from collections import defaultdict
+from statistics import mean
 
 import torch
 
@@ -37,12 +38,13 @@ split = 'val'
 batch_size = 8
 length = 0  # tokens per window; default: the training length
 seed = 0
+device = 'cuda' if torch.cuda.is_available() else 'cpu'
 out = ''  # default: <ckpt>_probe_<type>
 # -----------------------------------------------------------------------------
 globals().update(configure(globals(), sys.argv[1:]))
 if not ckpt:
     raise SystemExit("give a checkpoint: --ckpt=out/quickstart/ckpt_000488.pt")
-model, _, info = checkpoint.load_for_eval(ckpt, 'cpu', 'the probe')
+model, _, info = checkpoint.load_for_eval(ckpt, device, 'the probe')
 c = model.config
 dropout_type = dropout_type or c.dropout_type
 if dropout_type not in ('pre_linear', 'vpad'):
@@ -56,7 +58,7 @@ except FileNotFoundError as e:
     raise SystemExit(str(e))
 length = length or config.get('block_size') or 1024
 torch.manual_seed(seed)
-idx, _ = data.batch(batch_size, length, batch_rng(seed, 1))
+idx = data.batch(batch_size, length, batch_rng(seed, 1))[0].to(device)
 
 rows = variance_mismatch(model, idx, op)
 drift = pre_norm_drift(model, idx, p)
@@ -65,12 +67,11 @@ drift = pre_norm_drift(model, idx, p)
 by_layer = defaultdict(list)
 for row in rows:
     by_layer[row['layer']].append(row)
-mean = lambda xs: sum(xs) / len(xs)
-layers = {l: {'rel_err': mean([abs(r['rel_err']) for r in rs]), 'signed': mean([r['rel_err'] for r in rs]),
-              'r': mean([r['r'] for r in rs]),
-              'predicted': mean([abs(r['predicted_' + dropout_type]) for r in rs])} for l, rs in sorted(by_layer.items())}
-half = len(layers) // 2 or 1
-halves = [mean([layers[l]['rel_err'] for l in sorted(layers)[s]]) for s in (slice(0, half), slice(half, None))]
+layers = {l: {'rel_err': mean(abs(r['rel_err']) for r in rs), 'signed': mean(r['rel_err'] for r in rs),
+              'r': mean(r['r'] for r in rs), 'predicted': mean(abs(r['predicted_' + dropout_type]) for r in rs)}
+          for l, rs in sorted(by_layer.items())}
+half = len(layers) // 2
+halves = [mean(layers[l]['rel_err'] for l in ls) for ls in (list(layers)[:half or 1], list(layers)[half:])]
 cos = {l: [d['cosine'] for d in drift if d['layer'] == l] for l in layers}
 
 name = f"{dropout_type}{'' if dropout_type != 'vpad' else ' ' + op.variant}, p = {p}"
@@ -84,8 +85,8 @@ print(f"\nrelative variance error, first / second half of the layers: {halves[0]
 
 out = out or f"{ckpt.removesuffix('.pt').rstrip('/')}_probe_{dropout_type}"
 with open(out + '.json', 'w') as f:
-    json.dump({'ckpt': ckpt, 'dropout_type': dropout_type, 'p': p, 'vpad_variant': op.variant if dropout_type == 'vpad' else None,
-               'batch_size': batch_size, 'length': length, 'first_half': halves[0], 'second_half': halves[1],
+    json.dump({'ckpt': ckpt, 'dropout_type': dropout_type, 'p': p,
+               'vpad_variant': op.variant if dropout_type == 'vpad' else None, 'batch_size': batch_size, 'length': length, 'first_half': halves[0], 'second_half': halves[1],
                'paper': PAPER[dropout_type], 'layers': layers, 'matrices': rows, 'pre_norm_drift': drift}, f, indent=1)
 import matplotlib
 matplotlib.use('Agg')

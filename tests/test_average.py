@@ -88,9 +88,9 @@ def test_script_averages_the_last_K_and_every_eval_script_loads_it(tmp_path):
 def test_mamba2_checkpoints(tmp_path):
     a = write_ckpt(tmp_path / 'a.pt', 1, 'mamba2')
     b = write_ckpt(tmp_path / 'b.pt', 2, 'mamba2')
-    r = run(f"--ckpts=['{tmp_path}/a.pt', '{tmp_path}/b.pt']", f'--out={tmp_path}/avg.pt')
+    r = run(f"--ckpts=['{tmp_path}/a.pt', '{tmp_path}/b.pt']")
     assert r.returncode == 0, r.stderr
-    model, _, _ = checkpoint.load_model(str(tmp_path / 'avg.pt'))
+    model, _, _ = checkpoint.load_model(str(tmp_path / 'b_avg2.pt'))  # beside the newest
     assert isinstance(model, Mamba2)
     assert all(torch.equal(v, ((a[k].double() + b[k].double()) / 2).float()) for k, v in model.state_dict().items())
 
@@ -140,6 +140,8 @@ def test_mismatches_raise_and_write_nothing(tmp_path):
         write_ckpt(run_dir / f'ckpt_{s:06d}.pt', s)
     r = run(f'--ckpt_dir={run_dir}', '--last=3')
     assert r.returncode != 0 and 'fewer than the 3' in r.stderr
+    r = run(f'--ckpt_dir={run_dir}', '--last=0', '--start=30')
+    assert r.returncode != 0 and 'no checkpoints' in r.stderr
     r = run(f'--ckpt_dir={run_dir}', '--steps=[10, 30]')
     assert r.returncode != 0 and 'ckpt_000030.pt' in r.stderr
     assert sorted(os.listdir(run_dir)) == ['ckpt_000010.pt', 'ckpt_000020.pt']

@@ -49,6 +49,7 @@ def test_nanogpt_yardstick_has_the_size_of_model_py_configured_as_nanogpt():
                                          pos_encoding='learned', norm='layernorm', bias=True, mlp='gelu'))
     plain = bench.NanoGPT(64, 16, 2, 2, 32)
     assert sum(p.numel() for p in plain.parameters()) == sum(p.numel() for p in ours.parameters())
+    assert plain.flops_per_token(16) == ours.flops_per_token(16)  # counted alike
     idx = torch.randint(0, 64, (2, 16))
     logits, loss = plain(idx, idx)
     assert logits.shape == (2, 16, 64) and abs(loss.item() - torch.log(torch.tensor(64.0)).item()) < 0.5
