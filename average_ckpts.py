@@ -58,7 +58,7 @@ def read(file):
 
 
 def shapes(file):
-    """name -> (shape, is float) of one weight file, without reading the weights."""
+    """name -> (shape, is float) of one weight file of a folder, without reading the weights."""
     if file.endswith('.safetensors'):
         from safetensors import safe_open
         with safe_open(file, 'pt') as f:
@@ -67,14 +67,17 @@ def shapes(file):
     return {n: (tuple(t.shape), t.is_floating_point()) for n, t in read(file)}
 
 
-def architecture(path):
-    """What averaged checkpoints must share: model type and arguments, or a folder's config.json."""
+def describe(path):
+    """What averaged checkpoints must share, read without the weights: the architecture (model type
+    and arguments, or a folder's config.json) and name -> (shape, is float) of every tensor."""
     if os.path.isdir(path):
         with open(os.path.join(path, 'config.json')) as f:
             config = json.load(f)
-        return {k: v for k, v in config.items() if not k.startswith('_') and k not in IGNORED_CONFIG_KEYS}
-    ckpt = checkpoint.load(path)
-    return {'model_type': ckpt['model_type'], **ckpt['model_args']}
+        arch = {k: v for k, v in config.items() if not k.startswith('_') and k not in IGNORED_CONFIG_KEYS}
+        return arch, {n: s for f in weight_files(path) for n, s in shapes(f).items()}
+    ckpt = checkpoint.load(path)  # memory-mapped: the tensors' pages are not read
+    return ({'model_type': ckpt['model_type'], **ckpt['model_args']},
+            {n: (tuple(t.shape), t.is_floating_point()) for n, t in ckpt['model'].items()})
 
 
 def check(paths):
@@ -86,8 +89,7 @@ def check(paths):
         raise ValueError("cannot average checkpoint files with weights folders")
     ref_arch, ref_shapes = None, None
     for path in paths:
-        arch = architecture(path)
-        found = {n: s for f in weight_files(path) for n, s in shapes(f).items()}
+        arch, found = describe(path)
         if ref_arch is None:
             ref_arch, ref_shapes, first = arch, found, path
             continue
@@ -133,7 +135,7 @@ def write_file(state, paths, steps, out):
 
 def write_folder(state, paths, out):
     """A weights folder laid out like the newest (same shards, same file formats, its other files),
-    written as out.tmp and renamed."""
+    written as out.tmp, then put in place."""
     from safetensors.torch import save_file
     tmp = out.rstrip('/') + '.tmp'
     shutil.rmtree(tmp, ignore_errors=True)
@@ -144,12 +146,7 @@ def write_folder(state, paths, out):
         save_file(shard, dest, metadata={'format': 'pt'}) if file.endswith('.safetensors') else torch.save(shard, dest)
     with open(os.path.join(tmp, 'averaged.json'), 'w') as f:
         json.dump({'averaged_from': [os.path.abspath(p) for p in paths]}, f, indent=1)
-    if os.path.exists(out):  # the old one goes only once the new one is complete
-        os.replace(out, out.rstrip('/') + '.old')
-        os.replace(tmp, out)
-        shutil.rmtree(out.rstrip('/') + '.old')
-    else:
-        os.replace(tmp, out)
+    checkpoint.replace_folder(tmp, out)
 
 
 def select(ckpt_dir, last, stride, start, stop):

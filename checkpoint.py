@@ -12,6 +12,7 @@ import glob
 import json
 import os
 import re
+import shutil
 from dataclasses import asdict
 
 import torch
@@ -28,6 +29,17 @@ def save(obj, path):
     tmp = path + '.tmp'
     torch.save(obj, tmp)
     os.replace(tmp, path)
+
+
+def replace_folder(tmp, path):
+    """Put the complete folder tmp at path; an old folder at path goes only once tmp is in place."""
+    path = path.rstrip('/')
+    if os.path.exists(path):
+        os.replace(path, path + '.old')
+        os.replace(tmp, path)
+        shutil.rmtree(path + '.old')
+    else:
+        os.replace(tmp, path)
 
 
 def load(path, device='cpu'):

@@ -170,8 +170,8 @@ def variance_mismatch(model, idx, op=None):
         y, y_train = F.linear(x, module.weight, module.bias), F.linear(site(x), module.weight, module.bias)
         site.train(was)
         var, var_train = y.float().var().item(), y_train.float().var().item()
-        n = F.linear(x.float().pow(2), module.weight.float().pow(2)).sum()  # sum_ij W_ij^2 x_j^2, over tokens
-        r = (n / F.linear(x.float(), module.weight.float()).pow(2).sum()).item()
+        x, w = x.float(), module.weight.float()
+        r = (F.linear(x * x, w * w).sum() / F.linear(x, w).pow(2).sum()).item()  # sum_ij W_ij^2 x_j^2 / ||W x||^2
         layer, matrix = _layer(name)
         rows.append({'name': name, 'layer': layer, 'matrix': matrix, 'var_eval': var, 'var_train': var_train,
                      'rel_err': (var_train - var) / var, 'r': r,

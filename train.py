@@ -347,8 +347,7 @@ def save_checkpoint(it):
                     checkpoint.step_path(out_dir, it))
     optim_path = checkpoint.step_path(out_dir, it, 'optim', OPTIM_EXT)
     if fsdp:
-        shutil.rmtree(optim_path, ignore_errors=True)
-        os.replace(tmp, optim_path)
+        checkpoint.replace_folder(tmp, optim_path)
     else:
         checkpoint.save({'optimizer': optimizer.state_dict(), 'step': it}, optim_path)
     for old in checkpoint.steps(out_dir, 'optim', OPTIM_EXT)[:-1]:
