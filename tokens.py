@@ -231,9 +231,10 @@ def prepare_command(data_dir):
 
 
 class TokenData:
-    """One split of a tokenized dataset: every `{split}*.bin` shard in data_dir and its meta.json."""
+    """One split of a tokenized dataset: every `{split}*.bin` shard in data_dir and its meta.json
+    (or only the first `limit` tokens of the shards, if limit > 0)."""
 
-    def __init__(self, data_dir, split):
+    def __init__(self, data_dir, split, limit=0):
         files = sorted(glob.glob(os.path.join(data_dir, f'{split}*.bin')))
         meta_path = os.path.join(data_dir, 'meta.json')
         if not files or not os.path.exists(meta_path):
@@ -242,6 +243,9 @@ class TokenData:
         with open(meta_path) as f:
             self.meta = json.load(f)
         self.shards = [read_shard(p) for p in files]
+        if limit:  # only the first `limit` tokens (a small corpus to over-fit, for regularization studies)
+            ends = np.minimum(np.cumsum([len(s) for s in self.shards]), limit)
+            self.shards = [s[:e - b] for s, b, e in zip(self.shards, np.concatenate([[0], ends[:-1]]), ends) if e > b]
         self.sizes = np.array([len(s) for s in self.shards], dtype=np.int64)
         self.eot = self.meta['eot']
 

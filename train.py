@@ -31,7 +31,7 @@ import checkpoint
 from configurator import configure
 from eval_loss import band_means, loss_curve
 from model import peak_flops
-from tasks import Copy
+from tasks import Copy, Needle, correct_answers
 from tokens import TokenData, batch_rng, same_tokenizer
 
 # -----------------------------------------------------------------------------
@@ -47,12 +47,14 @@ eval_iters = 20  # validation batches at the training length
 eval_lengths = [2048, 4096, 8192, 16384]  # lm: mean per-position loss in the bands (L1/2, L1], (L1, L2], ...
 eval_windows = 16  # lm: validation windows of max(eval_lengths) tokens for the per-position loss
 # data
-task = 'lm'  # 'lm': next-token prediction on data_dir; 'copy': the Copy task of tasks.py, made on the fly
+task = 'lm'  # 'lm': next-token prediction on data_dir; 'copy' or 'needle': the tasks of tasks.py, made on the fly
 data_dir = 'data/shakespeare/byte'  # lm: a folder of train*.bin / val*.bin shards and meta.json (data/*/prepare.py)
-copy_vocab = 32  # copy: symbols, the 4 special ones included
-copy_min_len = 50  # copy: source lengths at training, uniform in [copy_min_len, copy_max_len];
-copy_max_len = 100  # the test lengths are eval_lengths (exact-match accuracy of greedy copies)
-copy_eval_samples = 100  # copy: held-out sources per test length
+train_tokens = 0  # lm: if > 0, train on the first train_tokens tokens only (repeated: a corpus small enough to over-fit)
+task_vocab = 32  # copy/needle: symbols, the 4 special ones included
+task_min_len = 50  # copy/needle: lengths at training (copy: of the source, needle: of the sequence), uniform in
+task_max_len = 100  # [task_min_len, task_max_len]; the test lengths are eval_lengths (exact-match greedy answers)
+task_eval_samples = 100  # copy/needle: held-out samples per test length
+needle_value_len = 4  # needle: symbols in the needle's value
 batch_size = 16  # sequences per micro-step, per process
 block_size = 2048  # training context length
 tokens_per_batch = 524288  # tokens per optimizer step, all processes and micro-steps together
@@ -141,18 +143,21 @@ def memory_estimate(model):
 
 
 # data, and the batch arithmetic
-if task == 'copy':
-    train_data = val_data = Copy(copy_vocab, copy_min_len, copy_max_len)
+if task in ('copy', 'needle'):
+    train_data = val_data = (Copy(task_vocab, task_min_len, task_max_len) if task == 'copy' else
+                             Needle(task_vocab, task_min_len, task_max_len, needle_value_len))
     block_size = config['block_size'] = train_data.block_size  # the longest sequence, padded to
-    say(f"data: the Copy task, {copy_vocab} symbols, source lengths {copy_min_len}-{copy_max_len}, sequences padded to {block_size}")
+    say(f"data: the {task} task, {task_vocab} symbols, {'source' if task == 'copy' else 'sequence'} lengths "
+        f"{task_min_len}-{task_max_len}, sequences padded to {block_size}")
 elif task == 'lm':
     try:
-        train_data, val_data = TokenData(data_dir, 'train'), TokenData(data_dir, 'val')
+        train_data, val_data = TokenData(data_dir, 'train', train_tokens), TokenData(data_dir, 'val')
     except FileNotFoundError as e:
         raise SystemExit(str(e))
-    say(f"data: {data_dir}, {len(train_data):,} train / {len(val_data):,} val tokens; tokenizer {train_data.meta['tokenizer']}")
+    say(f"data: {data_dir}, {len(train_data):,} train / {len(val_data):,} val tokens; tokenizer {train_data.meta['tokenizer']}"
+        + (f"; {max_tokens / len(train_data):.1f} epochs" if train_tokens else ""))
 else:
-    raise SystemExit(f"config error: task must be 'lm' or 'copy', got {task!r}")
+    raise SystemExit(f"config error: task must be 'lm', 'copy' or 'needle', got {task!r}")
 per_micro = batch_size * block_size * world
 if tokens_per_batch % per_micro:
     raise SystemExit(f"config error: tokens_per_batch ({tokens_per_batch}) must be a multiple of "
@@ -280,7 +285,7 @@ def all_sum(t):
 @torch.no_grad()
 def evaluate():
     """Validation loss at the training length; for lm the per-position loss (position_loss), for
-    copy the accuracy by length (copy_accuracy). Shared among processes."""
+    copy and needle the accuracy by length (task_accuracy). Shared among processes."""
     raw_model.eval()
     acc = torch.zeros(2, device=device)  # loss sum, count
     for i in range(eval_rank, eval_iters, eval_world):
@@ -294,7 +299,7 @@ def evaluate():
     if eval_lengths:
         if fsdp:  # the embedding and the head live outside the blocks: gather them for the cache paths
             raw_model.unshard()
-        result.update(copy_accuracy() if task == 'copy' else position_loss())
+        result.update(position_loss() if task == 'lm' else task_accuracy())
         if fsdp:
             raw_model.reshard()
     raw_model.train()
@@ -316,17 +321,17 @@ def position_loss():
     return {'position_loss': band_means(total[:-1] / total[-1], edges), 'windows': len(windows)}
 
 
-def copy_accuracy():
-    """Exact-match accuracy of greedy copies at the source lengths eval_lengths, and the
-    fraction of copied tokens that are right."""
+def task_accuracy():
+    """Exact-match accuracy of greedy answers (copies, needle values) at the lengths eval_lengths,
+    and the fraction of answer tokens that are right."""
     with autocast:
-        correct = train_data.correct_copies(raw_model, eval_lengths, copy_eval_samples, seed, device, rank=eval_rank,
-                                            world=eval_world)
+        correct = correct_answers(train_data, raw_model, eval_lengths, task_eval_samples, seed, device, rank=eval_rank,
+                                  world=eval_world)
     if not fsdp:
         all_sum(correct)
-    correct = (correct / copy_eval_samples).tolist()
-    return {'copy_accuracy': {str(L): c[0] for L, c in zip(eval_lengths, correct)},
-            'copy_token_accuracy': {str(L): c[1] for L, c in zip(eval_lengths, correct)}}
+    correct = (correct / task_eval_samples).tolist()
+    return {'accuracy': {str(L): c[0] for L, c in zip(eval_lengths, correct)},
+            'token_accuracy': {str(L): c[1] for L, c in zip(eval_lengths, correct)}}
 
 
 def save_checkpoint(it):
@@ -366,9 +371,9 @@ def log(record):
 
 def print_eval(it, r):
     bands = '  '.join(f"{k}: {v:.4f}" for k, v in r.get('position_loss', {}).items())
-    copies = '  '.join(f"{k}: {v:.2f}" for k, v in r.get('copy_accuracy', {}).items())
+    answers = '  '.join(f"{k}: {v:.2f}" for k, v in r.get('accuracy', {}).items())
     say(f"iter {it}: val loss {r['val_loss']:.4f}" + (f" | per-position loss {bands}" if bands else "")
-        + (f" | copy accuracy by length {copies}" if copies else ""))
+        + (f" | {task} accuracy by length {answers}" if answers else ""))
 
 
 say("config:\n" + "\n".join(f"  {k} = {v!r}" for k, v in config.items()))
@@ -439,13 +444,14 @@ if master and last and 'position_loss' in result:
     say(f"{'positions':>12}" + ''.join(f"{k:>12}" for k in bands))
     say(f"{'loss':>12}" + ''.join(f"{v:>12.4f}" for v in bands.values()))
     say(f"{'vs first':>12}" + ''.join(f"{v - base:>+12.4f}" for v in bands.values()))
-if master and last and 'copy_accuracy' in result:
-    accuracy = result['copy_accuracy']
-    say(f"\ncopy accuracy of {out_dir} at iteration {it}, trained on source lengths {copy_min_len}-{copy_max_len} "
-        f"({copy_eval_samples} held-out sources per length): exact-match copies, and the fraction of right tokens")
+if master and last and 'accuracy' in result:
+    accuracy = result['accuracy']
+    say(f"\n{task} accuracy of {out_dir} at iteration {it}, trained on {'source' if task == 'copy' else 'sequence'} "
+        f"lengths {task_min_len}-{task_max_len} ({task_eval_samples} held-out samples per length): exact-match answers, "
+        f"and the fraction of right tokens")
     say(f"{'length':>10}" + ''.join(f"{k:>8}" for k in accuracy))
     say(f"{'exact':>10}" + ''.join(f"{v:>8.2f}" for v in accuracy.values()))
-    say(f"{'tokens':>10}" + ''.join(f"{v:>8.2f}" for v in result['copy_token_accuracy'].values()))
+    say(f"{'tokens':>10}" + ''.join(f"{v:>8.2f}" for v in result['token_accuracy'].values()))
 if distributed:
     dist.barrier()  # every rank done (rank 0 was writing) before the group goes
     dist.destroy_process_group()

@@ -9,9 +9,9 @@
 model_type = 'mamba2'
 task = 'copy'
 out_dir = 'out/mamba2_45m_copy'
-copy_vocab = 32
-copy_min_len = 50
-copy_max_len = 100
+task_vocab = 32
+task_min_len = 50
+task_max_len = 100
 
 n_layer = 12
 n_embd = 768
@@ -39,4 +39,4 @@ eval_interval = 1000
 ckpt_interval = 1000
 eval_iters = 20
 eval_lengths = [100, 200, 400, 800, 1600]
-copy_eval_samples = 1000
+task_eval_samples = 1000

@@ -1,10 +1,10 @@
-"""The Copy task: its sequences, its targets, and its scoring."""
+"""The synthetic tasks (Copy, Needle): their sequences, their targets, and their scoring."""
 
 import numpy as np
 import pytest
 import torch
 
-from tasks import BOS, EOS, FIRST_SYMBOL, PAD, SEP, Copy
+from tasks import BOS, EOS, FIRST_SYMBOL, PAD, SEP, Copy, Needle, correct_answers
 
 
 def test_batches_hold_copies_with_the_loss_on_the_copy_only():
@@ -46,17 +46,61 @@ class Copier:
 
 def test_scoring_of_greedy_copies():
     task = Copy(vocab_size=10, min_len=3, max_len=6)
-    assert task.correct_copies(Copier(), [5, 12], 10, seed=1, device='cpu').tolist() == [[10, 10], [10, 10]]
+    assert correct_answers(task, Copier(), [5, 12], 10, seed=1, device='cpu').tolist() == [[10, 10], [10, 10]]
     # one wrong symbol in 13 tokens (12 and eos)
-    assert task.correct_copies(Copier(fail_from=12), [5, 12], 10, seed=1, device='cpu').tolist() == \
+    assert correct_answers(task, Copier(fail_from=12), [5, 12], 10, seed=1, device='cpu').tolist() == \
         [[10, 10], [0, pytest.approx(10 * 12 / 13)]]
     # the held-out sources depend on (seed, length) only, and are split among processes
     a, b = Copier(), Copier()
-    task.correct_copies(a, [7], 9, seed=1, device='cpu', batch_size=4)
-    task.correct_copies(b, [7], 9, seed=1, device='cpu', batch_size=4)
+    correct_answers(task, a, [7], 9, seed=1, device='cpu', batch_size=4)
+    correct_answers(task, b, [7], 9, seed=1, device='cpu', batch_size=4)
     assert all(torch.equal(p, q) for p, q in zip(a.prompts, b.prompts)) and sum(len(p) for p in a.prompts) == 9
     parts = [Copier(), Copier()]
     for r, m in enumerate(parts):
-        task.correct_copies(m, [7], 9, seed=1, device='cpu', rank=r, world=2)
+        correct_answers(task, m, [7], 9, seed=1, device='cpu', rank=r, world=2)
     split = torch.cat([p for m in parts for p in m.prompts])
     assert sorted(map(tuple, split.tolist())) == sorted(map(tuple, torch.cat(a.prompts).tolist()))
+
+
+def test_needle_batches_hide_one_key_and_ask_for_its_value():
+    task = Needle(vocab_size=12, min_len=12, max_len=20, value_len=3)
+    x, y = task.batch(64, task.block_size, np.random.default_rng(0))
+    assert x.shape == y.shape == (64, 20)
+    lengths, depths = set(), set()
+    for xi, yi in zip(x.tolist(), y.tolist()):
+        L = xi.index(EOS) + 1
+        lengths.add(L)
+        keys = [i for i, t in enumerate(xi) if t == SEP]
+        assert xi[0] == BOS and len(keys) == 2 and keys[1] == L - 5
+        value = xi[keys[0] + 1:keys[0] + 4]
+        depths.add(keys[0])
+        assert all(8 <= t < 12 for t in value) and xi[keys[1] + 1:keys[1] + 4] == value
+        assert all(FIRST_SYMBOL <= t < 8 for t in xi[1:keys[0]] + xi[keys[0] + 4:keys[1]])  # the haystack's own symbols
+        assert all(t == PAD for t in xi[L:])
+        assert yi[:L - 5] == [-1] * (L - 5) and all(t == -1 for t in yi[L - 1:])  # the loss on the answer only
+        assert yi[L - 5:L - 1] == value + [EOS]
+    assert lengths == set(range(12, 21)) and len(depths) > 5
+    with pytest.raises(ValueError, match='block_size >= 20'):
+        task.batch(8, 19, np.random.default_rng(0))
+
+
+class Retriever:
+    """Answers with the symbols after the first key (right), or after a random position (wrong)."""
+
+    def __init__(self, right=True):
+        self.right = right
+
+    def generate(self, prompt, n):
+        starts = [(row.tolist().index(SEP) if self.right else 0) + 1 for row in prompt]
+        answer = torch.stack([row[s:s + n - 1] for row, s in zip(prompt, starts)])
+        return torch.cat([prompt, answer, torch.full((len(prompt), 1), EOS)], dim=1)
+
+
+def test_needle_scoring():
+    task = Needle(vocab_size=12, min_len=12, max_len=20, value_len=3)
+    prompts, answers = task.test_set(40, 10, seed=1)
+    assert prompts.shape == (10, 36) and answers.shape == (10, 4) and (prompts[:, -1] == SEP).all()
+    assert correct_answers(task, Retriever(), [20, 40], 10, seed=1, device='cpu').tolist() == [[10, 10], [10, 10]]
+    wrong = correct_answers(task, Retriever(right=False), [40], 50, seed=1, device='cpu')
+    # eos right, the haystack's symbols never a value (unless the needle is within 3 of bos)
+    assert wrong[0, 0] <= 3 and 12.5 <= wrong[0, 1] < 15

@@ -219,14 +219,14 @@ def test_mamba2_language_model(tiny_data, tmp_path):
 
 
 def test_copy_task(tmp_path):
-    r = run_train(*TINY, *MAMBA, '--task=copy', '--copy_vocab=12', '--copy_min_len=3', '--copy_max_len=6',
+    r = run_train(*TINY, *MAMBA, '--task=copy', '--task_vocab=12', '--task_min_len=3', '--task_max_len=6',
                   '--batch_size=8', '--tokens_per_batch=112', '--max_tokens=448', '--eval_lengths=[6, 12]',
-                  '--copy_eval_samples=5', f'--out_dir={tmp_path}')
+                  '--task_eval_samples=5', f'--out_dir={tmp_path}')
     assert r.returncode == 0, r.stderr
-    assert 'sequences padded to 14' in r.stdout  # block_size follows copy_max_len
+    assert 'sequences padded to 14' in r.stdout  # block_size follows task_max_len
     evals = read_log(str(tmp_path), 'eval')
-    assert set(evals[-1]['copy_accuracy']) == set(evals[-1]['copy_token_accuracy']) == {'6', '12'}
-    assert all(0 <= v <= 1 for v in evals[-1]['copy_token_accuracy'].values())
+    assert set(evals[-1]['accuracy']) == set(evals[-1]['token_accuracy']) == {'6', '12'}
+    assert all(0 <= v <= 1 for v in evals[-1]['token_accuracy'].values())
     assert 'copy accuracy of' in r.stdout and 'exact' in r.stdout.split('copy accuracy of')[-1]
     _, tok, _ = checkpoint.load_model(checkpoint.step_path(str(tmp_path), 4))
     assert tok.spec == {'kind': 'symbols', 'n_vocab': 12, 'eot': 3} and tok.decode([4, 5]) == '4 5'
