@@ -1,7 +1,7 @@
 """
 The paper's comparisons in small, with seeds (README "Reproduction at small scale"):
 
-    python study.py                                   # everything: about 90 minutes on 2 CPU cores
+    python study.py                                   # everything: about 1.5 hours on 2 CPU cores
     python study.py --parts="['copy_mamba']" --seeds="[1]"     # a part, one seed
 
 Trains every part x variant x seed with train.py under out/study/<part>/<variant>/s<seed>, `jobs`

@@ -120,3 +120,17 @@ def test_shakespeare_prepare(tmp_path):
                                                     'THE LIFE AND DEATH OF KING RICHARD III', 'TWELFTH NIGHT; OR, WHAT YOU WILL']
     assert len(train_docs) == 38 and not set(train_docs) & set(val_docs)  # whole plays held out
     assert max(len(d) for d in val_docs) == 175659  # Richard III, for the long-context evals
+
+
+def test_a_limit_keeps_the_first_tokens_across_shards(tmp_path):
+    """TokenData(limit=N) (train.py's train_tokens): the first N tokens, in shard order."""
+    tokens = np.arange(300) % 250
+    write_shard(str(tmp_path / 'train_000.bin'), tokens[:200].tolist(), 256)
+    write_shard(str(tmp_path / 'train_001.bin'), tokens[200:].tolist(), 256)
+    (tmp_path / 'meta.json').write_text(json.dumps({'tokenizer': {'kind': 'byte'}, 'vocab_size': 256, 'eot': 255}))
+    for limit, sizes in ((0, [200, 100]), (150, [150]), (250, [200, 50]), (1000, [200, 100])):
+        data = TokenData(str(tmp_path), 'train', limit)
+        assert [len(s) for s in data.shards] == sizes and data.sizes.tolist() == sizes
+        assert np.array_equal(np.concatenate(data.shards), tokens[:sum(sizes)])
+    x, y = TokenData(str(tmp_path), 'train', 150).batch(64, 20, np.random.default_rng(0))
+    assert x.max() < 150 and torch.equal(x[:, 1:], y[:, :-1])  # windows only from the first 150 tokens
