@@ -20,19 +20,24 @@ TINY = ['--device=cpu', '--n_layer=2', '--n_head=4', '--n_embd=32', '--block_siz
         '--ckpt_interval=4']
 
 
-@pytest.fixture(scope='session')
-def tiny_data(tmp_path_factory):
-    """A byte-level dataset of made-up sentences: 40 train and 4 val documents of a few hundred bytes."""
-    d = tmp_path_factory.mktemp('data') / 'tiny' / 'byte'
+def byte_dataset(d, n_train, n_val, words_per_doc):
+    """A byte-level dataset of made-up sentences in folder d (a pathlib.Path): n_train train and
+    n_val val documents of words_per_doc words (about 5 bytes each) -> str(d)."""
     d.mkdir(parents=True)
     rng = np.random.default_rng(0)
     words = 'the grass is green and the sky is blue while a sun shines over quiet hills'.split()
     tok = Tokenizer({'kind': 'byte'})
-    docs = [' '.join(rng.choice(words, size=80)) + '.' for _ in range(44)]
-    for split, part in (('train', docs[:40]), ('val', docs[40:])):
+    docs = [' '.join(rng.choice(words, size=words_per_doc)) + '.' for _ in range(n_train + n_val)]
+    for split, part in (('train', docs[:n_train]), ('val', docs[n_train:])):
         write_shard(str(d / f'{split}.bin'), [t for doc in part for t in tok.encode(doc) + [tok.eot]], tok.n_vocab)
     (d / 'meta.json').write_text(json.dumps({'tokenizer': tok.spec, 'vocab_size': tok.n_vocab, 'eot': tok.eot}))
     return str(d)
+
+
+@pytest.fixture(scope='session')
+def tiny_data(tmp_path_factory):
+    """40 train and 4 val documents of a few hundred bytes."""
+    return byte_dataset(tmp_path_factory.mktemp('data') / 'tiny' / 'byte', 40, 4, 80)
 
 
 def run_train(*args, timeout=300):

@@ -7,27 +7,15 @@ import subprocess
 import sys
 from statistics import mean
 
-import numpy as np
 import pytest
 
-from tokens import Tokenizer, write_shard
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import ROOT, byte_dataset
 
 
 @pytest.fixture(scope='module')
 def long_data(tmp_path_factory):
-    """Byte-level documents long enough for the study's 16x windows (2049 bytes)."""
-    d = tmp_path_factory.mktemp('long') / 'byte'
-    d.mkdir()
-    rng = np.random.default_rng(0)
-    words = 'the grass is green and the sky is blue while a sun shines over quiet hills'.split()
-    tok = Tokenizer({'kind': 'byte'})
-    docs = [' '.join(rng.choice(words, size=600)) + '.' for _ in range(6)]
-    for split, part in (('train', docs[:4]), ('val', docs[4:])):
-        write_shard(str(d / f'{split}.bin'), [t for doc in part for t in tok.encode(doc) + [tok.eot]], tok.n_vocab)
-    (d / 'meta.json').write_text(json.dumps({'tokenizer': tok.spec, 'vocab_size': tok.n_vocab, 'eot': tok.eot}))
-    return str(d)
+    """Documents long enough for the study's 16x windows (2049 bytes): about 3000 bytes each."""
+    return byte_dataset(tmp_path_factory.mktemp('long') / 'byte', 4, 2, 600)
 
 
 def run_study(out, data, *args):
