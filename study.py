@@ -194,14 +194,29 @@ def gather(dicts):
     return stats(dicts)
 
 
-results = {'seeds': seeds, 'parts': {}}
-for p in parts:
-    evals = {v: [json.load(open(os.path.join(run_dir(p, v, s), 'eval.json'))) for s in seeds] for v in PARTS[p][2]}
-    results['parts'][p] = {v: gather(e) for v, e in evals.items()}
-    if PARTS[p][0] == 'lm':  # the loss relative to the in-distribution one (<=1x), per seed
-        for v, e in evals.items():
-            rel = [{b: x - r['final']['bands']['<=1x'] for b, x in r['final']['bands'].items()} for r in e]
-            results['parts'][p][v]['final']['relative'] = gather(rel)
+def beyond(acc, train_length):
+    """Mean accuracy over the test lengths beyond the training length."""
+    return mean(a for L, a in acc.items() if int(L) > train_length)
+
+
+def derive(e):
+    """The measures the claims use, added to one seed's eval.json: for lm the loss relative to
+    the in-distribution one (<=1x) and the probe's mean over the first and second half of the
+    layers; for tasks the accuracy beyond the training length."""
+    for r in (r for r in e.values() if isinstance(r, dict)):
+        if 'bands' in r:
+            r['relative'] = {b: x - r['bands']['<=1x'] for b, x in r['bands'].items()}
+        if 'accuracy' in r:
+            r['beyond'] = beyond(r['accuracy'], r['train_length'])
+            r['token_beyond'] = beyond(r['token_accuracy'], r['train_length'])
+    if 'probe' in e:
+        n = len(e['probe']) // 2
+        e['probe_halves'] = [mean(e['probe'][:n]), mean(e['probe'][n:])]
+    return e
+
+
+results = {'seeds': seeds, 'parts': {p: {v: gather([derive(json.load(open(os.path.join(run_dir(p, v, s), 'eval.json'))))
+                                                 for s in seeds]) for v in PARTS[p][2]} for p in parts}}
 with open(os.path.join(out, 'results.json'), 'w') as f:
     json.dump(results, f, indent=1)
 print(f"wrote {out}/results.json")
@@ -209,23 +224,6 @@ print(f"wrote {out}/results.json")
 
 # -----------------------------------------------------------------------------
 # 3. summary.md: the claims, ours as mean +- std over seeds, and a verdict by the spread
-def beyond(acc, train_length):
-    """Mean accuracy over the test lengths beyond the training length."""
-    return mean(a for L, a in acc.items() if int(L) > train_length)
-
-
-for p in parts:  # the accuracy beyond the training length, per seed, for the claims
-    if PARTS[p][0] == 'task':
-        for v in PARTS[p][2]:
-            for name, r in results['parts'][p][v].items():
-                if isinstance(r, dict) and 'accuracy' in r:
-                    L = r['train_length']['mean']
-                    for key, acc in (('beyond', r['accuracy']), ('token_beyond', r['token_accuracy'])):
-                        r[key] = gather([beyond({k: a['seeds'][i] for k, a in acc.items()}, L) for i in range(len(seeds))])
-with open(os.path.join(out, 'results.json'), 'w') as f:
-    json.dump(results, f, indent=1)
-
-
 def fmt(s, digits=3):
     return f"{s['mean']:.{digits}f} ± {s['std']:.{digits}f}"
 
@@ -250,13 +248,14 @@ CLAIMS = [('wd', 'no_wd', 'WD hurts extrapolation: no-WD better than WD',
            'RULER 8K: PN-D 7.72 vs PL-D 20.11 (Table 10, ASEntmax)'),
           ('pl_d', 'vpad', 'VPAD beats pre-linear dropout: VPAD better than PL-D',
            'RULER 8K: PL-D 20.11 vs VPAD 21.64; 16K 11.39 vs 13.51 (Table 10)')]
-MEASURES = [('lm_nape', 'CE 8-16x minus CE <=1x, NAPE', lambda r: r['final']['relative']['8-16x'], True),
-            ('lm_nope', 'CE 8-16x minus CE <=1x, NoPE', lambda r: r['final']['relative']['8-16x'], True),
-            ('needle', 'needle accuracy beyond 1x', lambda r: r['final']['beyond'], False),
-            ('copy_transformer', 'Copy exact match beyond 1x, transformer', lambda r: r['final']['beyond'], False),
-            ('copy_transformer', 'Copy token accuracy beyond 1x, transformer', lambda r: r['final']['token_beyond'], False),
-            ('copy_mamba', 'Copy exact match beyond 1x, Mamba2', lambda r: r['final']['beyond'], False),
-            ('copy_mamba', 'Copy token accuracy beyond 1x, Mamba2', lambda r: r['final']['token_beyond'], False)]
+RELATIVE, BEYOND, TOKEN_BEYOND = (lambda r: r['relative']['8-16x']), (lambda r: r['beyond']), (lambda r: r['token_beyond'])
+MEASURES = [('lm_nape', 'CE 8-16x minus CE <=1x, NAPE', RELATIVE, True),  # part, measure, its value in a result, lower is better
+            ('lm_nope', 'CE 8-16x minus CE <=1x, NoPE', RELATIVE, True),
+            ('needle', 'needle accuracy beyond 1x', BEYOND, False),
+            ('copy_transformer', 'Copy exact match beyond 1x, transformer', BEYOND, False),
+            ('copy_transformer', 'Copy token accuracy beyond 1x, transformer', TOKEN_BEYOND, False),
+            ('copy_mamba', 'Copy exact match beyond 1x, Mamba2', BEYOND, False),
+            ('copy_mamba', 'Copy token accuracy beyond 1x, Mamba2', TOKEN_BEYOND, False)]
 P = results['parts']
 lines = [f"Every number: mean ± std over {len(seeds)} seeds ({', '.join(map(str, seeds))}). A claim holds when the "
          f"difference exceeds the sum of the two standard deviations. Made by `python study.py` from "
@@ -265,32 +264,21 @@ lines = [f"Every number: mean ± std over {len(seeds)} seeds ({', '.join(map(str
 for a, b, claim, paper in CLAIMS:
     for part, measure, get, lower in MEASURES:
         if part in P and a in P[part] and b in P[part]:
-            x, y = get(P[part][a]), get(P[part][b])
+            x, y = get(P[part][a]['final']), get(P[part][b]['final'])
             lines.append(f"| {claim} | {measure} | {paper} | {NAMES[a]} {fmt(x)} | {NAMES[b]} {fmt(y)} | "
                          f"{verdict(x, y, lower)} |")
 if 'lm_nape' in P and {'pl_d', 'vpad'} <= P['lm_nape'].keys():
-    half = [[], []]
-    for v in ('pl_d', 'vpad'):
-        layers = P['lm_nape'][v]['probe']
-        n = len(layers) // 2
-        for i, ls in enumerate((layers[:n], layers[n:])):
-            half[i].append(gather([mean(l['seeds'][s] for l in ls) for s in range(len(seeds))]))
-        P['lm_nape'][v]['probe_halves'] = [half[0][-1], half[1][-1]]
     for i, which in enumerate(('first', 'second')):
+        x, y = P['lm_nape']['pl_d']['probe_halves'][i], P['lm_nape']['vpad']['probe_halves'][i]
         lines.append(f"| VPAD reduces the pre-activation variance mismatch | mean \\|rel. error\\|, {which} half of the "
-                     f"layers, NAPE LM | PL-D {(0.29, 0.37)[i]} vs VPAD {(0.09, 0.06)[i]} (Fig. 3) | PL-D {fmt(half[i][0])} "
-                     f"| VPAD {fmt(half[i][1])} | {verdict(half[i][0], half[i][1], True)} |")
+                     f"layers, NAPE LM | PL-D {(0.29, 0.37)[i]} vs VPAD {(0.09, 0.06)[i]} (Fig. 3) | PL-D {fmt(x)} "
+                     f"| VPAD {fmt(y)} | {verdict(x, y, True)} |")
 for part, measure, get, lower in (MEASURES[0], MEASURES[2]):
     for v in ('wd', 'vpad'):
         if part in P and v in P[part] and 'avg10' in P[part][v]:
-            r = P[part][v]
-            x = get(r)
-            y = r['avg10']['beyond'] if part == 'needle' else gather(
-                [r['avg10']['bands']['8-16x']['seeds'][s] - r['avg10']['bands']['<=1x']['seeds'][s] for s in range(len(seeds))])
+            x, y = get(P[part][v]['final']), get(P[part][v]['avg10'])
             lines.append(f"| checkpoint averaging helps extrapolation | {measure}, {NAMES[v]} | NIAH-1 8K: 0.0 -> 41.2 "
                          f"(K = 10, Table 12) | final {fmt(x)} | last 10 averaged {fmt(y)} | {verdict(x, y, lower)} |")
-with open(os.path.join(out, 'results.json'), 'w') as f:
-    json.dump(results, f, indent=1)
 
 # per-variant tables: every band / length
 for p in parts:
@@ -308,9 +296,8 @@ for p in parts:
     for v in variants:
         r = P[p][v]
         if kind == 'lm':
-            cells = [fmt(r['final']['bands'][c]) for c in cols] + [fmt(r['final']['relative']['8-16x'])]
-            cells += [fmt(gather([r[k]['bands']['8-16x']['seeds'][s] - r[k]['bands']['<=1x']['seeds'][s]
-                                  for s in range(len(seeds))])) if k in r else '-' for k in ('avg5', 'avg10')]
+            cells = [fmt(r['final']['bands'][c]) for c in cols]
+            cells += [fmt(RELATIVE(r[k])) if k in r else '-' for k in ('final', 'avg5', 'avg10')]
         else:
             cells = [fmt(r['final']['accuracy'][c], 2) for c in cols] + [fmt(r['final']['token_beyond'], 2)]
             cells += [fmt(r[k]['beyond'], 2) for k in ('avg5', 'avg10') if k in r]
