@@ -75,7 +75,7 @@ def describe(path):
             config = json.load(f)
         arch = {k: v for k, v in config.items() if not k.startswith('_') and k not in IGNORED_CONFIG_KEYS}
         return arch, {n: s for f in weight_files(path) for n, s in shapes(f).items()}
-    ckpt = checkpoint.load(path)  # memory-mapped: the tensors' pages are not read
+    ckpt = checkpoint.load_any(path)  # memory-mapped: the tensors' pages are not read
     return ({'model_type': ckpt['model_type'], **ckpt['model_args']},
             {n: (tuple(t.shape), t.is_floating_point()) for n, t in ckpt['model'].items()})
 

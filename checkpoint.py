@@ -9,8 +9,10 @@ beside it in optim_{step:06d}.pt, for resume.
 """
 
 import glob
+import hashlib
 import json
 import os
+import pickle
 import re
 import shutil
 from dataclasses import asdict
@@ -24,27 +26,70 @@ from tokens import EOT, Tokenizer
 MODELS = {'transformer': (Transformer, TransformerConfig), 'mamba2': (Mamba2, Mamba2Config)}
 
 
+def fsync(path):
+    """Flush a file or a folder (its entries: a rename into it) to the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def save(obj, path):
-    """torch.save to a temporary file, then rename: a crash mid-write leaves the old file intact."""
+    """torch.save to a temporary file, on the disk before it is renamed into place and the rename
+    on the disk before this returns: a crash, of the process or of the machine, leaves either the
+    old file or the new one, whole."""
     tmp = path + '.tmp'
-    torch.save(obj, tmp)
+    with open(tmp, 'wb') as f:
+        torch.save(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, path)
+    fsync(os.path.dirname(os.path.abspath(path)))
 
 
 def replace_folder(tmp, path):
-    """Put the complete folder tmp at path; an old folder at path goes only once tmp is in place."""
+    """Put the complete folder tmp at path, its files on the disk first; an old folder at path
+    goes only once tmp is in place."""
     path = path.rstrip('/')
+    for root, _, files in os.walk(tmp):
+        for name in files:
+            fsync(os.path.join(root, name))
+        fsync(root)
     if os.path.exists(path):
         os.replace(path, path + '.old')
         os.replace(tmp, path)
         shutil.rmtree(path + '.old')
     else:
         os.replace(tmp, path)
+    fsync(os.path.dirname(os.path.abspath(path)))
+
+
+def folder_digest(path):
+    """{file name: sha256} of every file under the folder path (a DCP checkpoint), or None if it
+    is not a folder. train.py records it beside the pickles that torch.distributed.checkpoint
+    writes, and reads them back only if they still match: the run's own files, nothing put there
+    since. (Whoever can rewrite the checkpoint file too could forge the digests.)"""
+    if not os.path.isdir(path):
+        return None
+    digest = {}
+    for root, _, files in os.walk(path):
+        for name in sorted(files):
+            h = hashlib.sha256()
+            with open(os.path.join(root, name), 'rb') as f:
+                for block in iter(lambda: f.read(1 << 24), b''):
+                    h.update(block)
+            digest[os.path.relpath(os.path.join(root, name), path)] = h.hexdigest()
+    return digest
 
 
 def load(path, device='cpu'):
-    """Memory-mapped: processes that read one checkpoint share its pages."""
-    return torch.load(path, map_location=device, weights_only=True, mmap=True)
+    """Memory-mapped: processes that read one checkpoint share its pages. Only tensors and plain
+    data come back (weights_only); anything else is refused, a ValueError that says so."""
+    try:
+        return torch.load(path, map_location=device, weights_only=True, mmap=True)
+    except (RuntimeError, EOFError, pickle.UnpicklingError) as e:
+        raise ValueError(f"{path} is not a checkpoint written by torch.save, or it was cut short ({e})") from None
 
 
 def steps(out_dir, prefix='ckpt', ext='.pt'):
@@ -74,7 +119,12 @@ def load_any(path):
     or transformers' Mamba2), as a checkpoint dict: model, model_type, model_args, tokenizer
     (None if the folder has no tokenizer.json), step."""
     if not os.path.isdir(path):
-        return load(path)
+        ckpt = load(path)
+        if not isinstance(ckpt, dict) or 'model' not in ckpt or 'model_type' not in ckpt:
+            what = ("an optimizer state (optim_*.pt): give the ckpt_*.pt beside it" if isinstance(ckpt, dict)
+                    and 'optimizer' in ckpt else "not a model checkpoint of this repository (ckpt_*.pt)")
+            raise ValueError(f"{path} is {what}")
+        return ckpt
     config = os.path.join(path, 'config.json')
     if not os.path.exists(config):
         raise ValueError(f"{path} is a folder without config.json: not a SmolLM3 or Mamba2 checkpoint")

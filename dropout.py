@@ -99,7 +99,8 @@ class Dropout(nn.Module):
 class VPAD(nn.Module):
     def __init__(self, p, variant='A'):
         super().__init__()
-        assert variant in VPAD_VARIANTS, f"unknown vpad_variant {variant!r}; choose one of {VPAD_VARIANTS}"
+        if variant not in VPAD_VARIANTS:
+            raise ValueError(f"unknown vpad_variant {variant!r}; choose one of {VPAD_VARIANTS}")
         self.p, self.variant = p, variant
 
     def forward(self, x):
@@ -109,9 +110,17 @@ class VPAD(nn.Module):
         return f"p={self.p}, variant={self.variant}"
 
 
+def check(dropout_type, p):
+    """User input: a ValueError (not an assert, which python -O skips) for an unknown type or a rate outside [0, 1)."""
+    if dropout_type not in DROPOUT_TYPES:
+        raise ValueError(f"unknown dropout_type {dropout_type!r}; choose one of {DROPOUT_TYPES}")
+    if not 0 <= p < 1:
+        raise ValueError(f"dropout must be in [0, 1), got {p}")
+
+
 def pre_linear(dropout_type, p, vpad_variant='A'):
     """The operator at a pre-linear site: identity, inverted dropout (PL-D) or VPAD."""
-    assert dropout_type in DROPOUT_TYPES, f"unknown dropout_type {dropout_type!r}; choose one of {DROPOUT_TYPES}"
+    check(dropout_type, p)
     if dropout_type == 'pre_linear' and p > 0:
         return Dropout(p)
     if dropout_type == 'vpad' and p > 0:
@@ -121,7 +130,7 @@ def pre_linear(dropout_type, p, vpad_variant='A'):
 
 def pre_norm(dropout_type, p):
     """The operator at the pre-norm site (a sublayer's output, before the residual add): PN-D or identity."""
-    assert dropout_type in DROPOUT_TYPES, f"unknown dropout_type {dropout_type!r}; choose one of {DROPOUT_TYPES}"
+    check(dropout_type, p)
     return Dropout(p) if dropout_type == 'pre_norm' and p > 0 else nn.Identity()
 
 

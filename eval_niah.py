@@ -30,6 +30,8 @@ def evaluate(model, tokenizer, results, lengths, samples, depths=(), depth_sampl
     jobs = [('niah', L, i, None) for L in lengths for i in range(samples)] + \
            [('depth', L, i, d) for d in depths for L in lengths for i in range(depth_samples)]
     sizes, data = {}, ruler.Data()
+    for L in lengths:  # every length checked before any sample runs (ValueError: too short for the task)
+        ruler.prompt('niah_single_1', tokenizer, L, 'check', seed, data, sizes)
     for kind, L, i, depth in tqdm(jobs, desc='NIAH-1', unit='sample'):
         id = f"{kind}/{L}/{i}" + ('' if depth is None else f"/{depth}")
         if id in results:

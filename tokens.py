@@ -225,9 +225,11 @@ def prepare_command(data_dir):
     """The command that makes data_dir, for error messages: data/<name>/prepare.py --tokenizer=<kind>."""
     d = os.path.normpath(data_dir)
     script = os.path.join(os.path.dirname(d), 'prepare.py')
-    if os.path.exists(script):
+    if not os.path.exists(script):
+        return "the prepare.py script of that dataset (see data/)"
+    if os.path.basename(d) in ('byte', 'gpt2'):  # prepare.py writes data/<name>/<tokenizer>
         return f"python {script} --tokenizer={os.path.basename(d)}"
-    return "the prepare.py script of that dataset (see data/)"
+    return f"python {script} --tokenizer=byte --out_dir={d}"  # not --tokenizer=<d's name>: no such tokenizer
 
 
 class TokenData:

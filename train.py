@@ -9,6 +9,7 @@ Every global below is a config key: set it in a config file or as --key=value (c
 The whole resolved config is printed and stored in every checkpoint.
 """
 
+import collections
 import functools
 import json
 import math
@@ -77,6 +78,7 @@ warmup_frac = 0.025  # fraction of the iterations spent warming up
 anneal_frac = 0.2  # 'wsd': fraction of the iterations at the end annealed linearly to min_lr
 beta1, beta2 = 0.9, 0.95
 grad_clip = 1.0  # 0 disables clipping
+spike_threshold = 1.0  # a training loss this many nats above the lowest of the last 20 counts as divergence (0: off)
 # system
 device = 'auto'  # 'auto' (cuda, mps, else cpu), or e.g. 'cpu', 'cuda'
 dtype = 'auto'  # 'auto' (bfloat16 on CUDA, float32 elsewhere), 'bfloat16' or 'float32'
@@ -85,8 +87,11 @@ parallel = 'ddp'  # under torchrun: 'ddp' (a replica per process) or 'fsdp' (FSD
 activation_checkpointing = False  # recompute each block in the backward pass: less memory, about 30% more compute
 keep_last = 0  # keep only the newest N model checkpoints; 0 keeps all (checkpoint averaging needs the last K)
 # -----------------------------------------------------------------------------
+MODEL_KEYS = {f.name: f.default for _, cfg in checkpoint.MODELS.values() for f in fields(cfg)}
+defaults = {k: globals()[k] for k in MODEL_KEYS}
 config = configure(globals(), sys.argv[1:])
 globals().update(config)
+user_model_keys = {k for k in MODEL_KEYS if config[k] != defaults[k]}  # the model keys this run's config sets
 
 # distributed setup: one process per GPU under torchrun (NCCL), or per CPU process (gloo)
 distributed = 'RANK' in os.environ
@@ -111,6 +116,15 @@ if dtype == 'auto':
     dtype = 'bfloat16' if device_type == 'cuda' and torch.cuda.is_bf16_supported() else 'float32'
 if dtype not in ('bfloat16', 'float32'):
     raise SystemExit(f"config error: dtype must be 'auto', 'bfloat16' or 'float32', got {dtype!r}")
+for key in ('log_interval', 'eval_interval', 'ckpt_interval'):
+    if config[key] < 1:
+        raise SystemExit(f"config error: {key} must be at least 1 (iterations), got {config[key]}")
+if keep_last < 0 or halt_at < 0:
+    raise SystemExit(f"config error: keep_last (0 keeps every checkpoint) and halt_at (0: run to the end) must be >= 0, "
+                     f"got {keep_last} and {halt_at}")
+if not (0 < learning_rate < 3e38 and 0 <= min_lr < 3e38):  # the optimizer computes in float32
+    raise SystemExit(f"config error: learning_rate and min_lr must be positive and finite in float32, got "
+                     f"{learning_rate}, {min_lr}")
 if schedule not in ('wsd', 'constant', 'cosine'):
     raise SystemExit(f"config error: schedule must be 'wsd', 'constant' or 'cosine', got {schedule!r}")
 autocast = torch.autocast(device_type, dtype=torch.bfloat16) if dtype == 'bfloat16' else nullcontext()
@@ -164,18 +178,49 @@ if tokens_per_batch % per_micro:
                      f"batch_size * block_size * processes = {per_micro}")
 grad_accum = tokens_per_batch // per_micro
 max_iters = int(max_tokens // tokens_per_batch)
+if max_iters < 1:
+    raise SystemExit(f"config error: max_tokens ({max_tokens:g}) is less than one step of tokens_per_batch "
+                     f"({tokens_per_batch}): nothing to train")
 if vocab_size is None:
     vocab_size = config['vocab_size'] = -(-train_data.meta['vocab_size'] // 64) * 64
 say(f"{max_iters:,} iterations of {tokens_per_batch:,} tokens = {world} processes x {grad_accum} micro-steps "
     f"x {batch_size} x {block_size}")
 
 # the model: from scratch, from a checkpoint (CPT) or resumed
-os.makedirs(out_dir, exist_ok=True)
 if model_type not in checkpoint.MODELS:
     raise SystemExit(f"config error: model_type must be one of {list(checkpoint.MODELS)}, got {model_type!r}")
 model_args = {f.name: config[f.name] for f in fields(checkpoint.MODELS[model_type][1])}
-start_iter, ckpt = 0, None
+start_iter, ckpt, optim_state, cpt_from = 0, None, None, None
 OPTIM_EXT = '.dcp' if fsdp else '.pt'  # the optimizer state: a folder of shards under FSDP, a file under DDP
+RUNTIME = ('dropout', 'dropout_type', 'vpad_variant', 'attn_dropout', 'window', 'attn_backend', 'use_kernels')
+
+
+def cpt_model_args(source_type, source_args, source):
+    """CPT: the architecture of the source checkpoint with this run's regularization and windows
+    (RUNTIME). A model key that this config sets to another value is an error: it could not apply."""
+    known = {f.name for f in fields(checkpoint.MODELS[source_type][1])}
+    fixed = known - set(RUNTIME) - {'vocab_size', 'block_size'}  # these two follow the data and this run's length
+    clash = {k: (source_args.get(k), config[k]) for k in sorted(user_model_keys & fixed) if config[k] != source_args.get(k)}
+    if clash:
+        raise SystemExit(f"config error: continued pre-training takes the architecture from {source}, but the config "
+                         f"sets " + ', '.join(f"{k} = {b!r} (the checkpoint has {a!r})" for k, (a, b) in clash.items())
+                         + f". Remove these keys; CPT may change only {', '.join(RUNTIME)}")
+    return {**source_args, **{k: config[k] for k in RUNTIME if k in known}}
+
+
+def read_pair(step):
+    """The checkpoint of `step` and its optimizer state (None under FSDP: its shards load later, by
+    every process, once their digests match the ones this checkpoint recorded)."""
+    ckpt = checkpoint.load(checkpoint.step_path(out_dir, step))
+    path = checkpoint.step_path(out_dir, step, 'optim', OPTIM_EXT)
+    if fsdp:
+        if checkpoint.folder_digest(path) != ckpt.get('optim_digest'):
+            raise ValueError(f"the files of {path} are not the ones this run wrote (their digests differ from those "
+                             f"recorded in its checkpoint): refusing to read them")
+        return ckpt, None
+    return ckpt, checkpoint.load(path)['optimizer']
+
+
 if init_from == 'scratch':
     if checkpoint.steps(out_dir):
         raise SystemExit(f"{out_dir} already holds checkpoints of an earlier run: continue it with --init_from=resume, "
@@ -183,33 +228,57 @@ if init_from == 'scratch':
 elif init_from == 'resume':
     resumable = sorted(set(checkpoint.steps(out_dir)) & set(checkpoint.steps(out_dir, 'optim', OPTIM_EXT)))
     if not resumable:
+        if set(checkpoint.steps(out_dir)) & set(checkpoint.steps(out_dir, 'optim', '.pt' if fsdp else '.dcp')):
+            raise SystemExit(f"{out_dir} was trained with parallel={'ddp' if fsdp else 'fsdp'} (its optimizer state is "
+                             f"{'one file' if fsdp else 'sharded'}): resume it "
+                             + ("without --parallel=fsdp" if fsdp else "under torchrun with --parallel=fsdp"))
         raise SystemExit(f"init_from='resume' but {out_dir} holds no checkpoint with optimizer state")
-    start_iter = resumable[-1]
-    ckpt = checkpoint.load(checkpoint.step_path(out_dir, start_iter))
+    for start_iter in reversed(resumable):  # the newest complete pair that reads
+        try:
+            ckpt, optim_state = read_pair(start_iter)
+            break
+        except (OSError, ValueError, KeyError) as e:
+            say(f"warning: cannot resume from step {start_iter} ({e}); trying the checkpoint before it")
+    else:
+        raise SystemExit(f"no checkpoint of {out_dir} could be read with its optimizer state (warnings above)")
+    cpt_from = ckpt.get('cpt_from')
+    if cpt_from:  # a CPT run: its architecture is the source's, as when it started
+        model_type = config['model_type'] = ckpt['model_type']
+        model_args = cpt_model_args(model_type, ckpt['model_args'], cpt_from)
     changed = {k: (v, model_args.get(k)) for k, v in ckpt['model_args'].items() if model_args.get(k) != v}
     if changed or ckpt['model_type'] != model_type:
         diff = ', '.join(f"{k}: checkpoint {a!r} vs config {b!r}" for k, (a, b) in changed.items())
         raise SystemExit(f"cannot resume {out_dir}: the config describes another model ({diff or model_type}). "
                          f"Resume with the run's own config, or start a new run in another out_dir.")
+    if 0 < halt_at <= start_iter:
+        raise SystemExit(f"config error: halt_at = {halt_at}, but the run resumes at iteration {start_iter}: "
+                         f"give a later halt_at, or 0 to run to the end")
     say(f"resuming {out_dir} at iteration {start_iter}")
 else:  # CPT: the architecture and weights of the checkpoint, with this run's regularization and windows
     if not os.path.exists(init_from):
         raise SystemExit(f"init_from must be 'scratch', 'resume', a checkpoint file or a weights folder; "
                          f"{init_from} is none of these")
-    ckpt = checkpoint.load_any(init_from)
+    try:
+        ckpt = checkpoint.load_any(init_from)
+    except ValueError as e:
+        raise SystemExit(f"init_from: {e}")
     if ckpt['tokenizer'] is None:
         raise SystemExit(f"{init_from} has no tokenizer.json: copy in the tokenizer the model was trained with "
                          f"(GPT-NeoX's for state-spaces/mamba2-*)")
     if not same_tokenizer(ckpt['tokenizer'], train_data.meta['tokenizer']):
         raise SystemExit(f"{init_from} was trained with tokenizer {ckpt['tokenizer']}, but the data is tokenized with "
                          f"{train_data.meta['tokenizer']}: prepare the data with the checkpoint's tokenizer")
-    runtime = ('dropout', 'dropout_type', 'vpad_variant', 'attn_dropout', 'window', 'attn_backend', 'use_kernels')
     model_type = config['model_type'] = ckpt['model_type']
-    known = {f.name for f in fields(checkpoint.MODELS[model_type][1])}
-    model_args = {**ckpt['model_args'], **{k: config[k] for k in runtime if k in known}}
+    model_args = cpt_model_args(model_type, ckpt['model_args'], init_from)
+    cpt_from = init_from
     say(f"continued pre-training from {init_from} (step {ckpt['step']})")
+config.update(model_args)  # the stored config records the model that is trained
+ckpt_recent = ckpt.get('recent_losses', []) if init_from == 'resume' else []
 torch.manual_seed(seed)  # the initial weights
-model = checkpoint.build_model(model_type, model_args)
+try:
+    model = checkpoint.build_model(model_type, model_args)
+except ValueError as e:
+    raise SystemExit(f"config error: {e}")
 if ckpt is not None:
     model.load_state_dict(ckpt['model'])
     del ckpt
@@ -244,13 +313,14 @@ say(f"weight decay {weight_decay} on {len(decay)} tensors ({sum(p.numel() for p 
 optimizer = torch.optim.AdamW([{'params': decay, 'weight_decay': weight_decay}, {'params': no_decay, 'weight_decay': 0.0}],
                               lr=learning_rate, betas=(beta1, beta2), fused=device_type == 'cuda')
 if init_from == 'resume':
-    path = checkpoint.step_path(out_dir, start_iter, 'optim', OPTIM_EXT)
-    if fsdp:  # each process reads its own shards
+    if fsdp:  # each process reads its own shards (their digests were checked by read_pair)
         state = {'optimizer': get_optimizer_state_dict(model, optimizer)}
-        dcp.load(state, checkpoint_id=path)
+        dcp.load(state, checkpoint_id=checkpoint.step_path(out_dir, start_iter, 'optim', OPTIM_EXT))
         set_optimizer_state_dict(model, optimizer, state['optimizer'])
     else:
-        optimizer.load_state_dict(checkpoint.load(path)['optimizer'])
+        optimizer.load_state_dict(optim_state)
+    del optim_state
+recent = collections.deque(ckpt_recent, maxlen=20)  # the last training losses, for the spike check
 
 raw_model = model
 if compile:
@@ -338,24 +408,27 @@ def save_checkpoint(it):
     """ckpt_{it}.pt, the whole model (the newest keep_last are kept, or all), and the optimizer state
     beside it (only the newest): optim_{it}.pt, or under FSDP a folder optim_{it}.dcp of each
     process's shards. Both written to a temporary name, then renamed."""
+    extra = {}
     if fsdp:  # the whole model gathered on the first process; the optimizer saved in shards by all
         state = get_model_state_dict(raw_model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         tmp = checkpoint.step_path(out_dir, it, 'optim', OPTIM_EXT) + '.tmp'
         dcp.save({'optimizer': get_optimizer_state_dict(raw_model, optimizer)}, checkpoint_id=tmp)
         dist.barrier()
+        # DCP reads its files with pickle: resume checks them against these digests, kept in a weights_only file
+        extra['optim_digest'] = checkpoint.folder_digest(tmp) if master else None
     else:
         state = raw_model.state_dict()
     if not master:
         return
     checkpoint.save({'model': state, 'model_type': model_type, 'model_args': model_args,
-                     'tokenizer': train_data.meta['tokenizer'], 'step': it, 'config': config},
-                    checkpoint.step_path(out_dir, it))
+                     'tokenizer': train_data.meta['tokenizer'], 'step': it, 'config': config, 'cpt_from': cpt_from,
+                     'recent_losses': list(recent), **extra}, checkpoint.step_path(out_dir, it))
     optim_path = checkpoint.step_path(out_dir, it, 'optim', OPTIM_EXT)
     if fsdp:
         checkpoint.replace_folder(tmp, optim_path)
     else:
         checkpoint.save({'optimizer': optimizer.state_dict(), 'step': it}, optim_path)
-    for old in checkpoint.steps(out_dir, 'optim', OPTIM_EXT)[:-1]:
+    for old in checkpoint.steps(out_dir, 'optim', OPTIM_EXT)[:-1]:  # only now that the new pair is complete
         old = checkpoint.step_path(out_dir, old, 'optim', OPTIM_EXT)
         shutil.rmtree(old) if fsdp else os.remove(old)
     for old in checkpoint.steps(out_dir)[:-keep_last] if keep_last else []:
@@ -363,10 +436,27 @@ def save_checkpoint(it):
     print(f"saved {checkpoint.step_path(out_dir, it)}", flush=True)
 
 
+os.makedirs(out_dir, exist_ok=True)  # the first write: every config error above leaves nothing behind
+LOG = os.path.join(out_dir, 'log.jsonl')
+# every record names its session (0 for the first start, 1 after the first resume, ...): the steps
+# that a resumed run repeats can be told from the ones before the interruption
+session = sum(1 for line in open(LOG) if '"event": "start"' in line) if master and os.path.exists(LOG) else 0
+
+
 def log(record):
-    if master:
-        with open(os.path.join(out_dir, 'log.jsonl'), 'a') as f:
-            f.write(json.dumps(record) + '\n')
+    """Append one line to log.jsonl, whole or not at all (a full disk: a warning, the run goes on)."""
+    if not master:
+        return
+    line = (json.dumps({**record, 'session': session}) + '\n').encode()
+    size = os.path.getsize(LOG) if os.path.exists(LOG) else 0
+    try:
+        with open(LOG, 'ab') as f:
+            f.write(line)
+            f.flush()
+    except OSError as e:
+        with open(LOG, 'ab') as f:
+            f.truncate(size)
+        print(f"warning: could not write to {LOG} ({e}); the record of iteration {record.get('iter')} is lost", flush=True)
 
 
 def print_eval(it, r):
@@ -380,6 +470,53 @@ say("config:\n" + "\n".join(f"  {k} = {v!r}" for k, v in config.items()))
 log({'event': 'start', 'iter': start_iter, 'config': config})
 peak = peak_flops(device)  # for MFU; None off CUDA
 flops_per_iter = raw_model.flops_per_token(block_size) * tokens_per_batch
+def forward_backward(it, backward=True):
+    """The training loss of iteration it (the mean over micro-steps and processes), and with
+    backward its gradients. The batches and the dropout masks of iteration `it` are functions of
+    (seed, it, micro-batch) alone, so a resumed run repeats a straight one exactly."""
+    loss_sum = torch.zeros((), device=device)
+    for micro in range(grad_accum):
+        j = micro * world + rank  # the micro-batch's index in the global batch: the same data and masks on any number of processes
+        torch.manual_seed(hash((seed, it, j)) % 2 ** 62)
+        x, y = train_data.batch(batch_size, block_size, batch_rng(seed, 0, it, j))
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        if backward and fsdp:  # reduce the gradients on the last micro-step only (set in a no-grad
+            raw_model.set_requires_gradient_sync(micro == grad_accum - 1)  # forward, it aborts gloo at exit)
+        elif backward and distributed:
+            model.require_backward_grad_sync = micro == grad_accum - 1
+        with autocast, torch.set_grad_enabled(backward):
+            _, loss = model(x, y)
+        if backward:
+            (loss / grad_accum).backward()
+        loss_sum += loss.detach().float()
+    return (all_sum(loss_sum) / (grad_accum * world)).item()
+
+
+def divergence(loss, grad_norm=0.0):
+    """Why the current weights must not be kept (None if they may): a loss or gradient that is not
+    finite, or a loss spike_threshold nats above the lowest of the recent ones (weights blown up
+    by a huge step give a uniform output, ln(vocab), without ever reaching NaN)."""
+    if not (math.isfinite(loss) and math.isfinite(grad_norm)):
+        return f"loss {loss}, gradient norm {grad_norm} (not finite)"
+    if spike_threshold and len(recent) >= 5 and loss > min(recent) + spike_threshold:
+        return (f"loss {loss:.4f}, {loss - min(recent):.2f} nats above the lowest of the last {len(recent)} "
+                f"(spike_threshold = {spike_threshold}; 0 turns the check off)")
+    return None
+
+
+def stop(it, why):
+    """Diverged: exit without saving. Every checkpoint on disk was saved only after its own weights
+    passed divergence(), so the newest one is good, and its optimizer state is still beside it."""
+    kept = sorted(set(checkpoint.steps(out_dir)) & set(checkpoint.steps(out_dir, 'optim', OPTIM_EXT)))
+    good = checkpoint.step_path(out_dir, kept[-1]) if kept else None
+    say(f"stopping at iteration {it}: {why}. Nothing was saved from these weights. " +
+        (f"The last good checkpoint is {good} (its optimizer state beside it): resume from it with "
+         f"--init_from=resume and a lower learning_rate or a longer warm-up." if good else
+         "No checkpoint was saved yet: start again with a lower learning_rate or a longer warm-up."))
+    log({'event': 'diverged', 'iter': it, 'reason': why, 'last_good': good})
+    sys.exit(1)
+
+
 model.train()
 it = t0_iter = start_iter
 t0 = time.time()
@@ -389,40 +526,27 @@ while True:
         result = evaluate()
         print_eval(it, result)
         log({'event': 'eval', 'iter': it, **result})
-    if it > start_iter and (it % ckpt_interval == 0 or last) or halt:
+    if last or halt:  # the weights to save have not been through a training forward yet: check them first
+        with torch.no_grad():
+            why = divergence(forward_backward(it, backward=False))
+        if why:
+            stop(it, why)
         save_checkpoint(it)
-    if last or halt:
         break
 
-    # one optimizer step. The batches and the dropout masks of iteration `it` are functions of
-    # (seed, it, micro-batch) alone, so a resumed run repeats a straight one exactly.
+    # one optimizer step; the weights it starts from are checked, and then saved, before it is taken
     lr = get_lr(it)
     for group in optimizer.param_groups:
         group['lr'] = lr
-    loss_sum = torch.zeros((), device=device)
-    for micro in range(grad_accum):
-        j = micro * world + rank  # the micro-batch's index in the global batch: the same data and masks on any number of processes
-        torch.manual_seed(hash((seed, it, j)) % 2 ** 62)
-        x, y = train_data.batch(batch_size, block_size, batch_rng(seed, 0, it, j))
-        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        if fsdp:  # reduce the gradients on the last micro-step only
-            raw_model.set_requires_gradient_sync(micro == grad_accum - 1)
-        elif distributed:
-            model.require_backward_grad_sync = micro == grad_accum - 1
-        with autocast:
-            _, loss = model(x, y)
-        (loss / grad_accum).backward()
-        loss_sum += loss.detach().float()
-    loss = (all_sum(loss_sum) / (grad_accum * world)).item()
+    loss = forward_backward(it)
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip if grad_clip > 0 else float('inf'))
     grad_norm = (grad_norm.full_tensor() if hasattr(grad_norm, 'full_tensor') else grad_norm).item()  # a DTensor under FSDP
-    if not (math.isfinite(loss) and math.isfinite(grad_norm)):
-        kept = checkpoint.steps(out_dir)
-        say(f"stopping at iteration {it}: loss {loss}, gradient norm {grad_norm} (not finite). Nothing was saved from "
-            f"this iteration; the last good checkpoint is {checkpoint.step_path(out_dir, kept[-1]) if kept else 'none'}. "
-            f"Try a lower learning_rate or a longer warm-up, then resume.")
-        log({'event': 'nonfinite', 'iter': it, 'loss': loss, 'grad_norm': grad_norm})
-        sys.exit(1)
+    why = divergence(loss, grad_norm)
+    if why:
+        stop(it, why)
+    if it > start_iter and it % ckpt_interval == 0:
+        save_checkpoint(it)
+    recent.append(loss)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     it += 1
@@ -455,3 +579,8 @@ if master and last and 'accuracy' in result:
 if distributed:
     dist.barrier()  # every rank done (rank 0 was writing) before the group goes
     dist.destroy_process_group()
+    # gloo (CPU) can abort a process at interpreter exit ("terminate called without an active
+    # exception", about one run in eight): everything is written and synced, so leave at once
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

@@ -18,6 +18,7 @@ TINY = ['--device=cpu', '--n_layer=2', '--n_head=4', '--n_embd=32', '--block_siz
         '--tokens_per_batch=256', '--max_tokens=2048', '--learning_rate=3e-3', '--min_lr=3e-4', '--warmup_frac=0.25',
         '--eval_iters=2', '--eval_lengths=[32, 64]', '--eval_windows=2', '--log_interval=1', '--eval_interval=4',
         '--ckpt_interval=4']
+CPT = [a for a in TINY if a.split('=')[0] not in ('--n_layer', '--n_head', '--n_embd')]  # CPT takes the source's architecture
 
 
 def byte_dataset(d, n_train, n_val, words_per_doc):

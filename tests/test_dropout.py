@@ -91,8 +91,11 @@ def test_site_operators():
     for t in ('none', 'pre_linear', 'vpad'):
         assert isinstance(pre_norm(t, 0.1), nn.Identity)
     assert isinstance(pre_linear('vpad', 0.0), nn.Identity)
-    with pytest.raises(AssertionError, match='dropout_type'):
+    with pytest.raises(ValueError, match='dropout_type'):  # a ValueError: python -O does not skip it
         pre_linear('pre-linear', 0.1)
+    for p in (-0.1, 1.0):
+        with pytest.raises(ValueError, match=r'dropout must be in \[0, 1\)'):
+            pre_norm('pre_norm', p)
 
 
 @pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])

@@ -119,10 +119,10 @@ def test_errors(tmp_path):
         save_pretrained(Transformer(TransformerConfig(n_layer=1, n_head=2, n_embd=16, vocab_size=32)), str(tmp_path / 'x'))
 
 
-def test_continued_pretraining_and_export(tmp_path):
-    """train.py from a SmolLM3 folder with sliding windows on the RoPE layers and pre-linear
-    dropout, on data tokenized by the folder's tokenizer; then export_hf.py for lm-eval."""
-    from conftest import ROOT, TINY as TRAIN, read_log, run_train
+def cpt_setup(tmp_path):
+    """A tiny SmolLM3 folder, data tokenized by its tokenizer, and the arguments of a CPT run of
+    it with sliding windows on the RoPE layers and pre-linear dropout (as configs/smollm3_pl_d.py)."""
+    from conftest import CPT
     from tokens import Tokenizer, write_shard
     folder, data = tmp_path / 'hf', tmp_path / 'data' / 'x' / 'smollm3'
     hf_folder(str(folder))
@@ -132,14 +132,23 @@ def test_continued_pretraining_and_export(tmp_path):
     for split in ('train', 'val'):
         write_shard(str(data / f'{split}.bin'), (tok.encode(text) + [tok.eot]) * 4, 300)
     (data / 'meta.json').write_text(json.dumps({'tokenizer': tok.spec, 'vocab_size': 300, 'eot': tok.eot}))
+    return folder, [*CPT, f'--data_dir={data}', f'--init_from={folder}', '--window=[8, 8, 8, 0]',
+                    '--dropout_type=pre_linear', '--dropout=0.1', '--weight_decay=0.0', '--eval_lengths=[]',
+                    '--schedule=constant', '--learning_rate=1e-3']
+
+
+def test_continued_pretraining_and_export(tmp_path):
+    """train.py from a SmolLM3 folder on data tokenized by the folder's tokenizer; then
+    export_hf.py for lm-eval."""
+    from conftest import ROOT, read_log, run_train
+    folder, args = cpt_setup(tmp_path)
     out = tmp_path / 'cpt'
-    r = run_train(*TRAIN, f'--data_dir={data}', f'--out_dir={out}', f'--init_from={folder}', '--window=[8, 8, 8, 0]',
-                  '--dropout_type=pre_linear', '--dropout=0.1', '--weight_decay=0.0', '--eval_lengths=[]',
-                  '--schedule=constant', '--learning_rate=1e-3')
+    r = run_train(*args, f'--out_dir={out}')
     assert r.returncode == 0, r.stderr
     ckpt = checkpoint.load(checkpoint.step_path(str(out), 8))
     assert ckpt['model_args']['window'] == [8, 8, 8, 0] and ckpt['model_args']['n_embd'] == 64
     assert ckpt['model_args']['dropout_type'] == 'pre_linear' and ckpt['config']['init_from'] == str(folder)
+    assert ckpt['config']['n_embd'] == 64 and ckpt['cpt_from'] == str(folder)  # the stored config: the model trained
     losses = [x['loss'] for x in read_log(str(out))]
     assert losses[-1] < losses[0]
     import subprocess
@@ -154,3 +163,22 @@ def test_continued_pretraining_and_export(tmp_path):
     idx = torch.randint(0, 300, (1, 40))
     with torch.no_grad():
         assert (exported(idx).logits - ours(idx, idx)[0]).abs().max().item() <= 1e-4
+
+
+def test_continued_pretraining_resumes_with_its_own_command(tmp_path):
+    """An interrupted CPT run goes on with the same command plus --init_from=resume, loss for loss
+    equal to a run that was never interrupted (the architecture comes from the checkpoint, as at the start)."""
+    from conftest import read_log, run_train
+    _, args = cpt_setup(tmp_path)
+    straight = run_train(*args, f'--out_dir={tmp_path / "straight"}')
+    assert straight.returncode == 0, straight.stderr
+    first = run_train(*args, f'--out_dir={tmp_path / "cut"}', '--halt_at=4')
+    assert first.returncode == 0, first.stderr
+    second = run_train(*args, f'--out_dir={tmp_path / "cut"}', '--init_from=resume')
+    assert second.returncode == 0, second.stderr
+    assert 'resuming' in second.stdout
+    cut = [(x['iter'], x['loss']) for x in read_log(str(tmp_path / 'cut'))]
+    assert cut == [(x['iter'], x['loss']) for x in read_log(str(tmp_path / 'straight'))]
+    # a model key that CPT cannot change is refused on resume too, by name
+    r = run_train(*args, f'--out_dir={tmp_path / "cut"}', '--init_from=resume', '--n_layer=3')
+    assert r.returncode != 0 and 'sets n_layer = 3 (the checkpoint has 4)' in r.stderr

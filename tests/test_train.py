@@ -72,8 +72,12 @@ def test_resume_repeats_the_straight_run_exactly(straight, tiny_data, tmp_path):
 
 def test_continued_pretraining_starts_from_the_weights(straight, tiny_data, tmp_path):
     source = checkpoint.step_path(straight[0], 8)
+    # a model key that CPT cannot change is an error that names it, before anything is written
+    r = run_train(*TINY, f'--data_dir={tiny_data}', f'--out_dir={tmp_path}/other', f'--init_from={source}', '--n_embd=999')
+    assert r.returncode != 0 and 'sets n_embd = 999 (the checkpoint has 32)' in r.stderr and 'Traceback' not in r.stderr
+    assert not os.path.exists(f'{tmp_path}/other/log.jsonl')
     r = run_train(*TINY, f'--data_dir={tiny_data}', f'--out_dir={tmp_path}', f'--init_from={source}',
-                  '--dropout_type=pre_linear', '--dropout=0.2', '--n_embd=999', '--max_tokens=512')
+                  '--dropout_type=pre_linear', '--dropout=0.2', '--max_tokens=512')
     assert r.returncode == 0, r.stderr
     first_eval = read_log(str(tmp_path), 'eval')[0]
     assert first_eval['iter'] == 0
@@ -107,7 +111,16 @@ def test_scratch_refuses_to_overwrite_a_run(straight, tiny_data):
 @pytest.mark.parametrize('args,message', [
     (['--n_embed=64'], "unknown config key 'n_embed' (did you mean 'n_embd'?)"),
     (['--batch_size=4.5'], "batch_size must be int, got 4.5"),
-    (['--data_dir=data/shakespeare/nonexistent'], "run `python data/shakespeare/prepare.py --tokenizer=nonexistent` first"),
+    (['--data_dir=data/shakespeare/bpe'],
+     "run `python data/shakespeare/prepare.py --tokenizer=byte --out_dir=data/shakespeare/bpe` first"),
+    (['--ckpt_interval=0'], "ckpt_interval must be at least 1"),
+    (['--eval_interval=0'], "eval_interval must be at least 1"),
+    (['--keep_last=-1'], "keep_last (0 keeps every checkpoint) and halt_at (0: run to the end) must be >= 0"),
+    (['--max_tokens=100'], "max_tokens (100) is less than one step of tokens_per_batch (256): nothing to train"),
+    (['--learning_rate=1e39'], "learning_rate and min_lr must be positive and finite in float32"),
+    (['--dropout=-0.1', '--dropout_type=vpad'], "dropout must be in [0, 1), got -0.1"),
+    (['--dropout_type=vpda'], "unknown dropout_type 'vpda'"),
+    (['--init_from=README.md'], "is not a checkpoint written by torch.save"),
     (['--tokens_per_batch=100'], "tokens_per_batch (100) must be a multiple of"),
     (['--schedule=linear'], "schedule must be 'wsd', 'constant' or 'cosine'"),
     (['--init_from=nowhere/ckpt_000001.pt'], "init_from must be 'scratch', 'resume', a checkpoint file or a weights folder"),
@@ -134,10 +147,13 @@ def test_nonfinite_loss_stops_and_keeps_the_last_good_checkpoint(tiny_data, tmp_
     assert r.returncode == 1
     assert 'stopping at iteration' in r.stdout and '(not finite)' in r.stdout
     saved = checkpoint.steps(str(tmp_path))
-    stopped_at = read_log(str(tmp_path), 'nonfinite')[0]['iter']
-    assert saved and saved[-1] <= stopped_at  # nothing saved from the failing iteration on
-    assert checkpoint.step_path(str(tmp_path), saved[-1]) in r.stdout
-    checkpoint.load_model(checkpoint.step_path(str(tmp_path), saved[-1]))  # and it loads
+    stopped_at = read_log(str(tmp_path), 'diverged')[0]['iter']
+    assert saved == list(range(1, stopped_at))  # nothing saved from the failing weights on
+    if saved:
+        assert checkpoint.step_path(str(tmp_path), saved[-1]) in r.stdout
+        checkpoint.load_model(checkpoint.step_path(str(tmp_path), saved[-1]))  # and it loads
+    else:
+        assert 'No checkpoint was saved yet' in r.stdout
 
 
 def test_interrupted_checkpoint_write_keeps_the_previous_file(tmp_path, monkeypatch):
@@ -145,13 +161,87 @@ def test_interrupted_checkpoint_write_keeps_the_previous_file(tmp_path, monkeypa
     checkpoint.save({'step': 1}, path)
 
     def crash(obj, f):
-        with open(f, 'wb') as fh:
-            fh.write(b'half a checkpoint')
+        f.write(b'half a checkpoint')
         raise KeyboardInterrupt
     monkeypatch.setattr(checkpoint.torch, 'save', crash)
     with pytest.raises(KeyboardInterrupt):
         checkpoint.save({'step': 2}, path)
     assert checkpoint.load(path) == {'step': 1}
+
+
+def test_checkpoint_writes_reach_the_disk_before_and_after_the_rename(tmp_path, monkeypatch):
+    """The file is synced before it is renamed into place, and its folder after (a machine crash
+    then leaves the old file or the new one, whole); the same for a folder of shards."""
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+    monkeypatch.setattr(checkpoint.os, 'fsync', lambda fd: events.append(('fsync', os.readlink(f'/proc/self/fd/{fd}')))
+                        or real_fsync(fd))
+    monkeypatch.setattr(checkpoint.os, 'replace', lambda a, b: events.append(('replace', b)) or real_replace(a, b))
+    path = str(tmp_path / 'ckpt_000001.pt')
+    checkpoint.save({'step': 1}, path)
+    assert events == [('fsync', path + '.tmp'), ('replace', path), ('fsync', str(tmp_path))]
+    events.clear()
+    (tmp_path / 'new.tmp').mkdir()
+    (tmp_path / 'new.tmp' / 'shard').write_bytes(b'x')
+    checkpoint.replace_folder(str(tmp_path / 'new.tmp'), str(tmp_path / 'optim.dcp'))
+    assert events == [('fsync', str(tmp_path / 'new.tmp' / 'shard')), ('fsync', str(tmp_path / 'new.tmp')),
+                      ('replace', str(tmp_path / 'optim.dcp')), ('fsync', str(tmp_path))]
+
+
+@pytest.mark.parametrize('lr', [1e20, 1e6])
+def test_divergence_never_poisons_the_last_good_checkpoint(tiny_data, tmp_path, lr):
+    """A run resumed at step 10 with a huge learning rate: its weights blow up at the first step (NaN
+    with 1e20; with 1e6 a uniform output, ln(vocab), never NaN). Nothing is saved from them, the
+    message names checkpoint 10, its optimizer state is still there, and resuming from it with
+    the run's own rate goes on to the end, loss for loss as a run that never diverged."""
+    args = (*TINY, f'--data_dir={tiny_data}', '--max_tokens=4096', '--ckpt_interval=1', '--eval_lengths=[]')
+    straight = run_train(*args, f'--out_dir={tmp_path}/straight')
+    assert straight.returncode == 0, straight.stderr
+    out = str(tmp_path / 'run')
+    assert run_train(*args, f'--out_dir={out}', '--halt_at=10').returncode == 0
+    r = run_train(*args, f'--out_dir={out}', '--init_from=resume', f'--learning_rate={lr}')
+    assert r.returncode == 1 and 'stopping at iteration 11' in r.stdout, r.stdout[-2000:]
+    assert ('not finite' if lr == 1e20 else 'nats above the lowest') in r.stdout
+    assert f'The last good checkpoint is {checkpoint.step_path(out, 10)}' in r.stdout
+    assert checkpoint.steps(out) == list(range(1, 11)) and checkpoint.steps(out, 'optim') == [10]
+    assert read_log(out, 'diverged')[0]['last_good'] == checkpoint.step_path(out, 10)
+    r = run_train(*args, f'--out_dir={out}', '--init_from=resume')
+    assert r.returncode == 0, r.stderr
+    resumed = [(x['iter'], x['loss']) for x in read_log(out) if x['session'] == 2]  # the third start's records
+    assert resumed == [(x['iter'], x['loss']) for x in read_log(f'{tmp_path}/straight') if x['iter'] > 10]
+
+
+def test_resume_falls_back_to_the_newest_complete_pair(straight, tiny_data, tmp_path):
+    """A newest checkpoint cut short (a crash in the write window) is passed over with a warning."""
+    args = (*TINY, f'--data_dir={tiny_data}', f'--out_dir={tmp_path}', '--dropout_type=vpad', '--dropout=0.1',
+            '--anneal_frac=0.5')
+    assert run_train(*args, '--halt_at=4').returncode == 0
+    for prefix in ('ckpt', 'optim'):
+        data = open(checkpoint.step_path(str(tmp_path), 4, prefix), 'rb').read()
+        open(checkpoint.step_path(str(tmp_path), 6, prefix), 'wb').write(data[:len(data) // 2])
+    r = run_train(*args, '--init_from=resume')
+    assert r.returncode == 0, r.stderr
+    assert 'warning: cannot resume from step 6' in r.stdout and 'resuming' in r.stdout
+    assert [(x['iter'], x['loss']) for x in read_log(str(tmp_path))] == \
+        [(x['iter'], x['loss']) for x in read_log(straight[0])]
+    assert {x['session'] for x in read_log(str(tmp_path)) if x['iter'] > 4} == {1}  # the resumed session's records
+
+
+def test_resume_errors_say_what_to_do(straight, tiny_data, tmp_path):
+    args = (*TINY, f'--data_dir={tiny_data}', f'--out_dir={tmp_path}')
+    assert run_train(*args, '--halt_at=4').returncode == 0
+    r = run_train(*args, '--init_from=resume', '--halt_at=4')
+    assert r.returncode != 0 and 'halt_at = 4, but the run resumes at iteration 4' in r.stderr
+    os.remove(checkpoint.step_path(str(tmp_path), 4, 'optim'))
+    os.mkdir(checkpoint.step_path(str(tmp_path), 4, 'optim', '.dcp'))  # as an FSDP run leaves it
+    r = run_train(*args, '--init_from=resume')
+    assert r.returncode != 0 and 'was trained with parallel=fsdp' in r.stderr and '--parallel=fsdp' in r.stderr
+    for bad, message in ((checkpoint.step_path(straight[0], 8, 'optim'), 'is an optimizer state (optim_*.pt)'),
+                         (os.path.join(ROOT, 'README.md'), 'is not a checkpoint written by torch.save')):
+        for cmd in (['train.py', *TINY, f'--data_dir={tiny_data}', f'--out_dir={tmp_path}/cpt', f'--init_from={bad}'],
+                    ['eval_loss.py', f'--ckpt={bad}'], ['average_ckpts.py', f'--ckpts=[{bad!r}, {bad!r}]']):
+            r = subprocess.run([sys.executable, *cmd], cwd=ROOT, capture_output=True, text=True)
+            assert r.returncode != 0 and message in r.stderr and 'Traceback' not in r.stderr, (cmd, r.stderr[-1500:])
 
 
 def torchrun(*args):
@@ -196,10 +286,58 @@ def test_fsdp_resume(one_process, tiny_data, tmp_path):
     assert [x['loss'] for x in read_log(str(tmp_path))] == pytest.approx(one_process, rel=1e-4)
 
 
+class Payload:
+    """Unpickled, it creates a file: what a crafted .metadata could run instead."""
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, 'w'))
+
+
+def test_fsdp_resume_refuses_a_tampered_shard_folder(tiny_data, tmp_path):
+    """DCP reads its .metadata with pickle: a folder whose files differ from the digests the run
+    recorded is refused before anything is unpickled."""
+    import pickle
+    out = tmp_path / 'run'
+    args = (*TINY, f'--data_dir={tiny_data}', f'--out_dir={out}', '--parallel=fsdp')
+    first = torchrun(*args, '--halt_at=4')
+    assert first.returncode == 0, first.stderr[-3000:]
+    marker = tmp_path / 'ran'
+    (out / 'optim_000004.dcp' / '.metadata').write_bytes(pickle.dumps(Payload(str(marker))))
+    r = torchrun(*args, '--init_from=resume')
+    assert r.returncode != 0 and 'are not the ones this run wrote' in r.stdout + r.stderr
+    assert not marker.exists()
+
+
 def test_keep_last(tiny_data, tmp_path):
     r = run_train(*TINY, f'--data_dir={tiny_data}', f'--out_dir={tmp_path}', '--ckpt_interval=2', '--keep_last=2')
     assert r.returncode == 0, r.stderr
     assert checkpoint.steps(str(tmp_path)) == [6, 8]
+
+
+def test_a_kill_in_the_write_window_loses_nothing(tiny_data, tmp_path):
+    """kill -9 as soon as a checkpoint's temporary file appears, three times: each run resumes from
+    what is on disk and ends with the checkpoint of a run that was never killed."""
+    import time
+    args = (*TINY, f'--data_dir={tiny_data}', '--ckpt_interval=1', '--eval_lengths=[]')
+    assert run_train(*args, f'--out_dir={tmp_path}/straight').returncode == 0
+    want = checkpoint.load(checkpoint.step_path(str(tmp_path / 'straight'), 8))['model']
+    for trial in range(3):
+        out = tmp_path / f'killed{trial}'
+        p = subprocess.Popen([sys.executable, 'train.py', *args, f'--out_dir={out}'], cwd=ROOT,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 120
+        while p.poll() is None and time.time() < deadline:
+            if len(glob.glob(str(out / '*.tmp'))) and len(checkpoint.steps(str(out))) >= 2 * trial:
+                p.kill()  # SIGKILL, inside the write of a checkpoint or of its optimizer state
+                break
+            time.sleep(0.001)
+        p.wait()
+        r = run_train(*args, f'--out_dir={out}', '--init_from=' + ('resume' if checkpoint.steps(str(out)) else 'scratch'))
+        assert r.returncode == 0, r.stderr[-2000:]
+        got = checkpoint.load(checkpoint.step_path(str(out), 8))['model']
+        assert all(torch.equal(want[k], got[k]) for k in want)
 
 
 MAMBA = ['--model_type=mamba2', '--n_embd=32', '--d_state=8', '--headdim=16', '--chunk_size=16']
