@@ -14,6 +14,7 @@ Writes <out>.json (per checkpoint: the raw and the smoothed curve, the bands) an
 """
 
 import json
+import math
 import os
 import sys
 from contextlib import nullcontext
@@ -51,6 +52,39 @@ def moving_average(curve, window):
     c = torch.cat([curve.new_zeros(1), curve.double().cumsum(0)])
     t = torch.arange(1, len(curve) + 1)
     return ((c[t] - c[(t - window).clamp(min=0)]) / (t - (t - window).clamp(min=0))).float()
+
+
+@torch.no_grad()
+def attention_entropy(net, windows):
+    """Entropy (nats) of every head's attention distribution at every query position, averaged
+    over windows (n, T+1) -> (n_layer, n_head, T). For this call, model.py's attention function is
+    swapped for the same softmax attention written out (eval mode: no dropout), which also records
+    -sum_j p_ij log p_ij of each query i. Uniform attention over t+1 visible keys gives log(t+1)."""
+    import model  # the module whose attention function is swapped
+    rows = []  # (H, Tq) per attention call: layer after layer, window after window
+
+    def softmax_attention(q, k, v, q_start, k_start, slopes=None, window=0, dropout_p=0.0, backend='sdpa', alpha=1.0):
+        if alpha != 1.0:
+            raise ValueError("attention_entropy is written for softmax attention (attn_alpha = 1)")
+        rep = q.size(1) // k.size(1)
+        k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)  # (B, H, Tk, hd)
+        dist = torch.arange(q_start, q_start + q.size(2))[:, None] - torch.arange(k_start, k_start + k.size(2))  # (Tq, Tk)
+        scores = (q @ k.transpose(-2, -1)).float() / math.sqrt(q.size(-1))  # (B, H, Tq, Tk)
+        if slopes is not None:
+            scores = scores - slopes[:, None, None] * dist
+        allowed = (dist >= 0) & (dist < window) if window else dist >= 0
+        p = scores.masked_fill(~allowed, float('-inf')).softmax(-1)
+        rows.append(-torch.special.xlogy(p, p).sum(-1).sum(0))  # (H, Tq), summed over the batch
+        return p.to(v.dtype) @ v
+
+    original, model.attention = model.attention, softmax_attention
+    try:
+        for w in windows:
+            net.hidden(w[None, :-1])
+    finally:
+        model.attention = original
+    L = net.config.n_layer
+    return torch.stack([sum(rows[i::L]) for i in range(L)]) / len(windows)  # (L, H, T)
 
 
 if __name__ == '__main__':

@@ -1,30 +1,34 @@
 """
-The paper's comparisons in small, with seeds (README "Reproduction at small scale"):
+Figure 1 in small: the paper's comparisons where a small model over-fits its training length,
+measured across training, with seeds (docs/study.md has the results and how to read them).
 
-    python study.py                                   # everything: about 1.5 hours on 2 CPU cores
-    python study.py --parts="['copy_mamba']" --seeds="[1]"     # a part, one seed
+    python study.py                                      # everything, resumable (time: docs/study.md)
+    python study.py --parts="['lm_nope']" --seeds="[1]"  # one part, one seed
 
 Trains every part x variant x seed with train.py under out/study/<part>/<variant>/s<seed>, `jobs`
 runs at a time (each on cores / jobs threads: small models use two single-threaded processes
-better than one with two threads), evaluates each finished run (eval.json beside it), then writes
-out/study/results.json, out/study/summary.md (the README's tables, made from results.json) and
-the figures. Rerun it to resume: finished runs and evaluations are kept, a run cut short goes on
-from its newest checkpoint.
+better than one with two threads), evaluates checkpoints along each finished run (eval.json
+beside it), then writes out/study/results.json (every number, per seed and as mean and std),
+summary.md (the claims with verdicts and the tables, made from results.json) and the figures.
+Rerun it to resume: finished runs are kept, a run cut short goes on from its newest checkpoint.
 
-The parts, each with the same token budget for every variant:
-  lm_nape, lm_nope   next-byte prediction on the first 50K bytes of Shakespeare, 12 epochs of it:
-                     a 4 x 128 transformer over-fits them, the regime regularization is for. With
-                     NAPE (the paper's) and with no positional encoding at all. Trained on 128
-                     tokens, per-position CE on validation plays from 1x to 16x (2048).
-  needle             NIAH-1 in symbols (tasks.Needle): the Shakespeare models never answer RULER's
-                     English NIAH-1 (README), this is its closest form that a small model learns.
-  copy_transformer, copy_mamba   the Copy task (tasks.Copy), exact-match copies up to 16x.
-Then the variance-mismatch probe (lm_nape, PL-D vs VPAD, by layer) and checkpoint averaging
-(the last K checkpoints of lm_nape and needle runs).
+The parts (every variant of a part has the same token budget):
+  lm_nope, lm_sw, lm_nape   next-byte prediction on the whole Shakespeare corpus: a 4 x 128
+      transformer trained on 128-byte windows for 708 steps of 4096 tokens (WSD, the last 20%
+      annealed), with no positional encoding (NoPE); with the continued-pre-training
+      architecture in small (SW: three RoPE layers with a 32-key sliding window, every 4th layer
+      global and without positions, as SmolLM3); and with NAPE. Per-position CE on validation
+      windows of 2048 bytes (16x) at 10 checkpoints along training, denser in the anneal.
+  needle_nope, needle_sw    NIAH-1 in symbols (tasks.Needle) with a 2-layer NoPE model and a
+      2-layer SW hybrid (a RoPE layer with a 16-key window, then a global NoPE layer): exact-match
+      accuracy from 1x to 16x at the same checkpoints along training.
+And at those checkpoints: the entropy of every head's attention by query position (the
+mechanism), the uniform average of the last 5 checkpoints of the stable phase and of the
+anneal (the paper's checkpoint averaging), and at the end of the LM runs with pre-linear
+dropout the variance-mismatch probe (dropout.variance_mismatch, Figure 3).
 """
 
 import json
-import math
 import os
 import shutil
 import subprocess
@@ -39,49 +43,59 @@ import checkpoint
 from average_ckpts import average
 from configurator import configure
 from dropout import variance_mismatch
-from eval_loss import length_bands, loss_curve, moving_average
-from tasks import Copy, Needle, correct_answers
+from eval_loss import attention_entropy, band_means, loss_curve, moving_average
+from tasks import Needle, correct_answers
 from tokens import TokenData, batch_rng
 
 # -----------------------------------------------------------------------------
 out = 'out/study'
 data_dir = 'data/shakespeare/byte'  # the LM parts' corpus (python data/shakespeare/prepare.py --tokenizer=byte)
-parts = ['lm_nape', 'lm_nope', 'needle', 'copy_transformer', 'copy_mamba']
+parts = ['lm_nope', 'lm_sw', 'lm_nape', 'needle_nope', 'needle_sw']
 seeds = [1, 2, 3]
-variants = ['wd', 'no_wd', 'pn_d', 'pl_d', 'vpad', 'vpad_p0.3']  # of VARIANTS (Copy has no larger p)
+variants = []  # of VARIANTS; [] runs each part's own list (PARTS)
 jobs = 2  # runs at a time
 tiny = False  # a few steps of a tiny model per run: checks the pipeline in a minute (tests), no results
 eval_run = ''  # internal: evaluate one finished run (<part>/<variant>/s<seed>) and exit
 # -----------------------------------------------------------------------------
 globals().update(configure(globals(), sys.argv[1:]))
 
-# the paper's regularizers (p = 0.1 unless named); every dropout variant without weight decay, as in the paper
+# the paper's regularizers; every dropout variant without weight decay, as in the paper
 VARIANTS = {
     'wd': ['--weight_decay=0.1', '--dropout_type=none', '--dropout=0.0'],
     'no_wd': ['--weight_decay=0.0', '--dropout_type=none', '--dropout=0.0'],
-    'pn_d': ['--weight_decay=0.0', '--dropout_type=pre_norm', '--dropout=0.1'],
-    'pl_d': ['--weight_decay=0.0', '--dropout_type=pre_linear', '--dropout=0.1'],
-    'vpad': ['--weight_decay=0.0', '--dropout_type=vpad', '--dropout=0.1'],
-    'vpad_p0.3': ['--weight_decay=0.0', '--dropout_type=vpad', '--dropout=0.3'],
+    **{f'pn_d{s}': ['--weight_decay=0.0', '--dropout_type=pre_norm', f'--dropout={p}'] for s, p in
+       (('', 0.1), ('_p0.05', 0.05), ('_p0.2', 0.2))},
+    **{f'pl_d{s}': ['--weight_decay=0.0', '--dropout_type=pre_linear', f'--dropout={p}'] for s, p in
+       (('', 0.1), ('_p0.05', 0.05), ('_p0.2', 0.2))},
+    'vpad': ['--weight_decay=0.0', '--dropout_type=vpad', '--dropout=0.1'],  # reconstruction A (dropout.py)
+    'vpad_b': ['--weight_decay=0.0', '--dropout_type=vpad', '--dropout=0.1', '--vpad_variant=B'],  # per feature
+    'vpad_p0.2': ['--weight_decay=0.0', '--dropout_type=vpad', '--dropout=0.2'],
 }
-NAMES = {'wd': 'WD', 'no_wd': 'no-WD', 'pn_d': 'PN-D', 'pl_d': 'PL-D', 'vpad': 'VPAD', 'vpad_p0.3': 'VPAD p=0.3'}
-LM = ['configs/quickstart.py', f'--data_dir={data_dir}', '--block_size=128', '--tokens_per_batch=2048', '--max_tokens=600000',
-      '--train_tokens=50000', '--eval_lengths=[]', '--eval_interval=100', '--ckpt_interval=10', '--keep_last=10']
-TASK = ['--eval_interval=100000', '--task_eval_samples=20']  # train.py's own evaluation: the final one, small
-COPY = ['--batch_size=32', '--tokens_per_batch=704', '--max_tokens=1056000']  # 1500 steps of 32 sequences
+NAMES = {'wd': 'WD', 'no_wd': 'no-WD', 'pn_d': 'PN-D', 'pl_d': 'PL-D', 'vpad': 'VPAD', 'vpad_b': 'VPAD-B',
+         'pn_d_p0.05': 'PN-D p=0.05', 'pn_d_p0.2': 'PN-D p=0.2', 'pl_d_p0.05': 'PL-D p=0.05', 'pl_d_p0.2': 'PL-D p=0.2',
+         'vpad_p0.2': 'VPAD p=0.2'}
+CORE = ['wd', 'no_wd', 'pn_d', 'pl_d', 'vpad', 'vpad_b']
+LM = ['configs/quickstart.py', f'--data_dir={data_dir}', '--block_size=128', '--batch_size=32',
+      '--tokens_per_batch=4096', '--max_tokens=2900000', '--eval_lengths=[]', '--eval_interval=100000',
+      '--ckpt_interval=20']
+NEEDLE = ['configs/needle.py', '--eval_interval=100000', '--task_eval_samples=20', '--ckpt_interval=20']
+SW = lambda layers, window: [f"--pos_encoding={['rope'] * (layers - 1) + ['nope']}",  # noqa: E731
+                             f"--window={[window] * (layers - 1) + [0]}"]
 PARTS = {  # part -> (kind, train.py arguments, variants)
-    'lm_nape': ('lm', LM + ['--pos_encoding=nape'], list(VARIANTS)),
     'lm_nope': ('lm', LM + ['--pos_encoding=nope'], list(VARIANTS)),
-    'needle': ('task', ['configs/needle.py', *TASK, '--ckpt_interval=20', '--keep_last=10'], list(VARIANTS)),
-    'copy_transformer': ('task', ['configs/copy_mamba.py', *TASK, *COPY, '--model_type=transformer', '--n_head=4'],
-                         list(VARIANTS)[:5]),
-    'copy_mamba': ('task', ['configs/copy_mamba.py', *TASK, *COPY], list(VARIANTS)[:5]),
+    'lm_sw': ('lm', LM + SW(4, 32), CORE),
+    'lm_nape': ('lm', LM + ['--pos_encoding=nape'], ['wd', 'no_wd', 'pl_d', 'vpad']),
+    'needle_nope': ('task', NEEDLE + ['--pos_encoding=nope'], CORE[:5]),
+    'needle_sw': ('task', NEEDLE + SW(2, 16), CORE[:5]),
 }
-TINY = {'lm': ['--n_layer=2', '--n_embd=32', '--n_head=2', '--max_tokens=40960', '--ckpt_interval=2'],  # 20 steps
-        'task': ['--n_layer=1', '--n_embd=32', '--n_head=2', '--headdim=16', '--max_tokens=20480', '--ckpt_interval=1']}
-EVAL_WINDOWS = 32  # lm: validation windows of 16x the training length
-AVERAGE_K = [5, 10]  # checkpoint averaging: the last K checkpoints (lm every 10 steps, needle every 20)
-TASK_SAMPLES = 100  # needle and copy: held-out samples per length
+TINY = {'lm': ['--n_layer=4', '--n_embd=32', '--n_head=2', '--max_tokens=81920', '--ckpt_interval=2'],  # 20 steps
+        'task': ['--n_layer=2', '--n_embd=32', '--n_head=2', '--max_tokens=40960', '--ckpt_interval=2']}
+FRACTIONS = (0.15, 0.3, 0.45, 0.6, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0)  # checkpoints evaluated, as fractions of training
+ANNEAL_START = 0.8  # the WSD anneal of both configs starts here (anneal_frac = 0.2)
+AVERAGE_K = 5  # checkpoint averaging: the last K checkpoints of the stable phase, and of the anneal
+BANDS = ('in', '1-2x', '2-4x', '4-8x', '8-16x')  # in: positions (T/2, T], with long context inside the training length
+EVAL_WINDOWS, ENTROPY_WINDOWS = 16, 4  # lm: validation windows of 16x the training length
+TASK_SAMPLES = 100  # needle: held-out samples per length
 
 
 def run_dir(part, variant, seed):
@@ -89,7 +103,7 @@ def run_dir(part, variant, seed):
 
 
 def train(part, variant, seed, threads):
-    """Train one run (or resume it); -> None, or the tail of its log if train.py failed."""
+    """Train one run (or resume it), then evaluate it in a subprocess; -> None, or what failed."""
     d = run_dir(part, variant, seed)
     if os.path.exists(os.path.join(d, 'eval.json')):
         return None
@@ -100,8 +114,7 @@ def train(part, variant, seed, threads):
             shutil.rmtree(d, ignore_errors=True)
         os.makedirs(d, exist_ok=True)
         cmd = [sys.executable, 'train.py', *PARTS[part][1], *VARIANTS[variant], *(TINY[PARTS[part][0]] if tiny else []),
-               f'--seed={seed}', f'--out_dir={d}',
-               '--device=cpu', '--init_from=' + ('resume' if resume else 'scratch')]
+               f'--seed={seed}', f'--out_dir={d}', '--device=cpu', '--init_from=' + ('resume' if resume else 'scratch')]
         with open(os.path.join(d, 'train.log'), 'a') as log:
             if subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env).returncode:
                 return f"{' '.join(cmd)}\n" + open(log.name).read()[-2000:]
@@ -111,42 +124,63 @@ def train(part, variant, seed, threads):
     return f"{' '.join(cmd)}\n{r.stdout[-1000:]}{r.stderr[-2000:]}" if r.returncode else None
 
 
+# -----------------------------------------------------------------------------
+# the measures of one checkpoint
+
+def lm_measures(net, windows, T, entropy=True):
+    """Per-position CE on windows (n, 16T + 1): its mean per band of the training length T and the
+    curve (a moving average of T/4, every T/8 positions); the attention entropy per layer likewise."""
+    total, n = loss_curve(net, windows, windows.size(1) - 1, 'cpu')
+    curve = total / n  # (16T,)
+    edges = [T // 2, T, 2 * T, 4 * T, 8 * T, 16 * T]
+    m = {'bands': dict(zip(BANDS, band_means(curve, edges).values())),
+         'curve': moving_average(curve, T // 4)[T // 8 - 1::T // 8].tolist()}
+    if entropy:
+        ent = attention_entropy(net, windows[:ENTROPY_WINDOWS]).mean(1)  # (L, 16T), mean over heads
+        m['entropy_bands'] = [dict(zip(BANDS, band_means(e, edges).values())) for e in ent]
+        m['entropy_curve'] = [moving_average(e, T // 4)[T // 8 - 1::T // 8].tolist() for e in ent]
+    return m
+
+
+def task_measures(net, task, lengths, seed):
+    n = 10 if tiny else TASK_SAMPLES
+    correct = correct_answers(task, net, lengths, n, seed, 'cpu') / n
+    return {'accuracy': {str(L): c for L, c in zip(lengths, correct[:, 0].tolist())},
+            'token_accuracy': {str(L): c for L, c in zip(lengths, correct[:, 1].tolist())}}
+
+
 def evaluate(d, kind):
-    """The metrics of the run in d (its final checkpoint, and its last-K averages) -> eval.json."""
+    """The measures of the run in d at the checkpoints FRACTIONS of the way through its training,
+    and of the averages of its last AVERAGE_K checkpoints of the stable phase and of the anneal -> eval.json."""
     steps = checkpoint.steps(d)
-    model, _, ckpt = checkpoint.load_model(checkpoint.step_path(d, steps[-1]))
+    nearest = lambda f: min(steps, key=lambda s: abs(s - f * steps[-1]))  # noqa: E731
+    stable_end = nearest(ANNEAL_START)
+    picked = sorted({nearest(f) for f in FRACTIONS})
+    net, _, ckpt = checkpoint.load_model(checkpoint.step_path(d, steps[-1]))
     cfg = ckpt['config']
-    weights = {'final': None} | {f'avg{k}': average([checkpoint.step_path(d, s) for s in steps[-k:]])
-                                 for k in AVERAGE_K if (kind == 'lm' or cfg['task'] == 'needle') and len(steps) >= k}
-    result = {'step': steps[-1]}
     if kind == 'lm':
         T = cfg['block_size']
         windows = TokenData(cfg['data_dir'], 'val').long_windows(16 * T, 4 if tiny else EVAL_WINDOWS)  # (n, 16T + 1)
-        for name, state in weights.items():
-            if state is not None:
-                model.load_state_dict(state)
-            total, n = loss_curve(model, windows, T, 'cpu')
-            curve = total / n  # (16T,) mean loss per position
-            result[name] = {'bands': length_bands(curve, T),
-                            'curve': moving_average(curve, T // 4)[T // 8 - 1::T // 8].tolist()}  # every T/8 positions
-        if cfg['dropout_type'] in ('pre_linear', 'vpad'):
-            model.load_state_dict(ckpt['model'])
-            torch.manual_seed(0)
-            idx = TokenData(cfg['data_dir'], 'val').batch(8, T, batch_rng(0, 1))[0]
-            rows = variance_mismatch(model, idx)
-            layers = sorted({r['layer'] for r in rows})
-            result['probe'] = [mean(abs(r['rel_err']) for r in rows if r['layer'] == l) for l in layers]
+        measure = lambda entropy=True: lm_measures(net, windows, T, entropy)  # noqa: E731
     else:
-        task = (Copy(cfg['task_vocab'], cfg['task_min_len'], cfg['task_max_len']) if cfg['task'] == 'copy' else
-                Needle(cfg['task_vocab'], cfg['task_min_len'], cfg['task_max_len'], cfg['needle_value_len']))
-        lengths, n = cfg['eval_lengths'], 10 if tiny else TASK_SAMPLES
-        for name, state in weights.items():
-            if state is not None:
-                model.load_state_dict(state)
-            correct = correct_answers(task, model, lengths, n, cfg['seed'], 'cpu') / n
-            result[name] = {'accuracy': {str(L): c for L, c in zip(lengths, correct[:, 0].tolist())},
-                            'token_accuracy': {str(L): c for L, c in zip(lengths, correct[:, 1].tolist())},
-                            'train_length': cfg['task_max_len']}
+        T = cfg['task_max_len']
+        task = Needle(cfg['task_vocab'], cfg['task_min_len'], cfg['task_max_len'], cfg['needle_value_len'])
+        measure = lambda entropy=True: task_measures(net, task, cfg['eval_lengths'], cfg['seed'])  # noqa: E731
+    result = {'train_length': T, 'final': steps[-1], 'stable_end': stable_end, 'steps': {}}
+    for s in tqdm(picked, desc=d, leave=False):
+        net.load_state_dict(checkpoint.load_any(checkpoint.step_path(d, s))['model'])
+        result['steps'][str(s)] = measure()
+    for name, last in (('avg_stable', stable_end), ('avg_anneal', steps[-1])):
+        group = [s for s in steps if s <= last][-AVERAGE_K:]
+        net.load_state_dict(average([checkpoint.step_path(d, s) for s in group]))
+        result[name] = measure(entropy=False)
+    if kind == 'lm' and cfg['dropout_type'] in ('pre_linear', 'vpad'):
+        net.load_state_dict(ckpt['model'])
+        torch.manual_seed(0)
+        rows = variance_mismatch(net, TokenData(cfg['data_dir'], 'val').batch(8, T, batch_rng(0, 1))[0])
+        layers = sorted({r['layer'] for r in rows})
+        result['probe'] = {'rel_err': [mean(abs(r['rel_err']) for r in rows if r['layer'] == i) for i in layers],
+                           'r': [mean(r['r'] for r in rows if r['layer'] == i) for i in layers]}
     with open(os.path.join(d, 'eval.json.tmp'), 'w') as f:
         json.dump(result, f)
     os.replace(os.path.join(d, 'eval.json.tmp'), os.path.join(d, 'eval.json'))
@@ -161,8 +195,8 @@ if eval_run:
 unknown = [p for p in parts if p not in PARTS] + [v for v in variants if v not in VARIANTS]
 if unknown:
     raise SystemExit(f"unknown parts or variants {unknown}: choose from {list(PARTS)} and {list(VARIANTS)}")
-for p in PARTS:
-    PARTS[p] = PARTS[p][:2] + ([v for v in PARTS[p][2] if v in variants],)
+if variants:
+    PARTS = {p: (kind, args, [v for v in vs if v in variants]) for p, (kind, args, vs) in PARTS.items()}
 runs = [(p, v, s) for p in parts for v in PARTS[p][2] for s in seeds]
 pending = [r for r in runs if not os.path.exists(os.path.join(run_dir(*r), 'eval.json'))]
 threads = max(1, (os.cpu_count() or 2) // jobs)
@@ -180,7 +214,7 @@ if failed:
 
 
 # -----------------------------------------------------------------------------
-# 2. results.json: every metric per part and variant, per seed and as mean and std over seeds
+# 2. results.json: every measure per part and variant, per seed and as mean and std over seeds
 def stats(values):
     return {'mean': mean(values), 'std': stdev(values) if len(values) > 1 else 0.0, 'seeds': values}
 
@@ -194,31 +228,68 @@ def gather(dicts):
     return stats(dicts)
 
 
-def beyond(acc, train_length):
-    """Mean accuracy over the test lengths beyond the training length."""
-    return mean(a for L, a in acc.items() if int(L) > train_length)
-
-
 def derive(e):
-    """The measures the claims use, added to one seed's eval.json: for lm the loss relative to
-    the in-distribution one (<=1x) and the probe's mean over the first and second half of the
+    """The measures the claims use, added to one seed's eval.json: for lm the rise of each band's
+    CE over the in-distribution CE, and the probe's mean over the first and second half of the
     layers; for tasks the accuracy beyond the training length."""
-    for r in (r for r in e.values() if isinstance(r, dict)):
-        if 'bands' in r:
-            r['relative'] = {b: x - r['bands']['<=1x'] for b, x in r['bands'].items()}
-        if 'accuracy' in r:
-            r['beyond'] = beyond(r['accuracy'], r['train_length'])
-            r['token_beyond'] = beyond(r['token_accuracy'], r['train_length'])
+    for s, m in e['steps'].items():
+        if int(s) != e['final']:  # the figures draw the entropy curve of the final checkpoint only
+            m.pop('entropy_curve', None)
+    for m in [*e['steps'].values(), e['avg_stable'], e['avg_anneal']]:
+        if 'bands' in m:
+            m['rise'] = {b: x - m['bands']['in'] for b, x in m['bands'].items() if b != 'in'}
+        if 'accuracy' in m:
+            m['beyond'] = mean(a for L, a in m['accuracy'].items() if int(L) > e['train_length'])
     if 'probe' in e:
-        n = len(e['probe']) // 2
-        e['probe_halves'] = [mean(e['probe'][:n]), mean(e['probe'][n:])]
+        n = len(e['probe']['rel_err']) // 2
+        e['probe_halves'] = [mean(e['probe']['rel_err'][:n]), mean(e['probe']['rel_err'][n:])]
     return e
 
 
-results = {'seeds': seeds, 'parts': {p: {v: gather([derive(json.load(open(os.path.join(run_dir(p, v, s), 'eval.json'))))
-                                                 for s in seeds]) for v in PARTS[p][2]} for p in parts}}
+def at_fit(e, x, band):
+    """The value of `band` in run e where its in-distribution CE equals x: interpolated linearly
+    between the two checkpoints, along training, where it first crosses x; None if it never does."""
+    points = [(m['bands']['in'], m['bands'][band]) for m in e['steps'].values()]
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if min(x0, x1) <= x <= max(x0, x1) and x0 != x1:
+            return y0 + (x - x0) * (y1 - y0) / (x1 - x0)
+    return None
+
+
+MATCHED = [('no_wd', v) for v in VARIANTS if v != 'no_wd'] + [('wd', 'no_wd'), ('pn_d', 'pl_d'), ('pl_d', 'vpad'),
+                                                                ('vpad', 'vpad_b')]  # (reference, run)
+
+
+def matched(runs_a, runs_b):
+    """Matched fit, seed by seed: run b's final CE beyond the training length against run a's at
+    the same in-distribution CE (a's own checkpoints along training). None if a never had b's fit."""
+    pairs = {}
+    for band in ('4-8x', '8-16x'):
+        ys = [at_fit(a, b['steps'][str(b['final'])]['bands']['in'], band) for a, b in zip(runs_a, runs_b)]
+        if None not in ys:
+            pairs[band] = stats(ys)
+    return pairs
+
+
+def compact(tree, curve=False):
+    """Numbers to 5 decimals, and a curve's points as two lists, mean and std (what the figures
+    draw), so that results.json stays small. Everything below is made from this rounded tree."""
+    if isinstance(tree, dict):
+        return {k: compact(v, curve or k in ('curve', 'entropy_curve')) for k, v in tree.items()}
+    if curve and isinstance(tree, list) and isinstance(tree[0], dict):
+        return {k: [round(x[k], 5) for x in tree] for k in ('mean', 'std')}
+    if isinstance(tree, list):
+        return [compact(v, curve) for v in tree]
+    return round(tree, 5) if isinstance(tree, float) else tree
+
+
+evals = {p: {v: [derive(json.load(open(os.path.join(run_dir(p, v, s), 'eval.json')))) for s in seeds]
+             for v in PARTS[p][2]} for p in parts}
+results = compact({'seeds': seeds, 'parts': {p: {v: gather(e) for v, e in evals[p].items()} for p in parts},
+                   'matched': {p: {f'{a}|{b}': matched(evals[p][a], evals[p][b]) for a, b in MATCHED
+                                   if a in evals[p] and b in evals[p]} for p in parts if PARTS[p][0] == 'lm'}})
 with open(os.path.join(out, 'results.json'), 'w') as f:
-    json.dump(results, f, indent=1)
+    json.dump(results, f)
 print(f"wrote {out}/results.json")
 
 
@@ -242,65 +313,92 @@ def verdict(a, b, lower_is_better):
     return 'does not hold (reversed beyond the spread)' if -diff > spread else 'does not hold (within the spread)'
 
 
-CLAIMS = [('wd', 'no_wd', 'WD hurts extrapolation: no-WD better than WD',
-           'from scratch: WD over-fits the training length (Fig. 1); CPT: equal, SmolLM3 RULER 8K 1.1 vs 1.1 (Table 1)'),
+P, M = results['parts'], results['matched']
+final = lambda r: r['steps'][str(int(r['final']['mean']))]  # noqa: E731  (every seed has the same steps)
+CLAIMS = [('wd', 'no_wd', 'WD over-fits the training length: no-WD better than WD', 'Fig. 1 (from scratch)'),
+          ('no_wd', 'pn_d', 'dropout helps extrapolation: PN-D better than no-WD', 'Table 11: PN-D ~ WD'),
+          ('no_wd', 'pl_d', 'dropout helps extrapolation: PL-D better than no-WD', 'Table 11: PL-D >> WD'),
+          ('no_wd', 'vpad', 'dropout helps extrapolation: VPAD better than no-WD', 'Table 11: VPAD >> WD'),
           ('pn_d', 'pl_d', 'pre-linear beats pre-norm dropout: PL-D better than PN-D',
-           'RULER 8K: PN-D 7.72 vs PL-D 20.11 (Table 10, ASEntmax)'),
+           'RULER 8K: PN-D 7.72 vs PL-D 20.11 (Table 10)'),
           ('pl_d', 'vpad', 'VPAD beats pre-linear dropout: VPAD better than PL-D',
-           'RULER 8K: PL-D 20.11 vs VPAD 21.64; 16K 11.39 vs 13.51 (Table 10)')]
-RELATIVE, BEYOND, TOKEN_BEYOND = (lambda r: r['relative']['8-16x']), (lambda r: r['beyond']), (lambda r: r['token_beyond'])
-MEASURES = [('lm_nape', 'CE 8-16x minus CE <=1x, NAPE', RELATIVE, True),  # part, measure, its value in a result, lower is better
-            ('lm_nope', 'CE 8-16x minus CE <=1x, NoPE', RELATIVE, True),
-            ('needle', 'needle accuracy beyond 1x', BEYOND, False),
-            ('copy_transformer', 'Copy exact match beyond 1x, transformer', BEYOND, False),
-            ('copy_transformer', 'Copy token accuracy beyond 1x, transformer', TOKEN_BEYOND, False),
-            ('copy_mamba', 'Copy exact match beyond 1x, Mamba2', BEYOND, False),
-            ('copy_mamba', 'Copy token accuracy beyond 1x, Mamba2', TOKEN_BEYOND, False)]
-P = results['parts']
-lines = [f"Every number: mean ± std over {len(seeds)} seeds ({', '.join(map(str, seeds))}). A claim holds when the "
-         f"difference exceeds the sum of the two standard deviations. Made by `python study.py` from "
-         f"{out}/results.json.", '',
-         "| claim | measure | paper | ours: first | ours: second | verdict |", "|---|---|---|---|---|---|"]
+           'RULER 8K: PL-D 20.11 vs VPAD 21.64 (Table 10)'),
+          ('vpad', 'vpad_b', 'VPAD-B (per feature) vs VPAD-A (per token)', 'not in the paper (our reconstructions)')]
+lines = [f"Every number: mean ± std over {len(seeds)} seeds ({', '.join(map(str, seeds))}), at the final checkpoint "
+         f"unless named. A claim holds when the difference exceeds the sum of the two standard deviations. "
+         f"*Raw* compares the two runs' final CE at 8-16x; *matched fit* compares the second run's final CE with "
+         f"the first run's own checkpoint (along its training, interpolated) that has the same in-distribution "
+         f"CE (positions 64-128), so that a less fitted model is not counted as one that extrapolates better. "
+         f"Made by `python study.py` from {out}/results.json.", '',
+         "| claim | part | paper | first | second | raw verdict | first at the second's fit | matched-fit verdict |",
+         "|---|---|---|---|---|---|---|---|"]
 for a, b, claim, paper in CLAIMS:
-    for part, measure, get, lower in MEASURES:
-        if part in P and a in P[part] and b in P[part]:
-            x, y = get(P[part][a]['final']), get(P[part][b]['final'])
-            lines.append(f"| {claim} | {measure} | {paper} | {NAMES[a]} {fmt(x)} | {NAMES[b]} {fmt(y)} | "
-                         f"{verdict(x, y, lower)} |")
-if 'lm_nape' in P and {'pl_d', 'vpad'} <= P['lm_nape'].keys():
-    for i, which in enumerate(('first', 'second')):
-        x, y = P['lm_nape']['pl_d']['probe_halves'][i], P['lm_nape']['vpad']['probe_halves'][i]
-        lines.append(f"| VPAD reduces the pre-activation variance mismatch | mean \\|rel. error\\|, {which} half of the "
-                     f"layers, NAPE LM | PL-D {(0.29, 0.37)[i]} vs VPAD {(0.09, 0.06)[i]} (Fig. 3) | PL-D {fmt(x)} "
-                     f"| VPAD {fmt(y)} | {verdict(x, y, True)} |")
-for part, measure, get, lower in (MEASURES[0], MEASURES[2]):
-    for v in ('wd', 'vpad'):
-        if part in P and v in P[part] and 'avg10' in P[part][v]:
-            x, y = get(P[part][v]['final']), get(P[part][v]['avg10'])
-            lines.append(f"| checkpoint averaging helps extrapolation | {measure}, {NAMES[v]} | NIAH-1 8K: 0.0 -> 41.2 "
-                         f"(K = 10, Table 12) | final {fmt(x)} | last 10 averaged {fmt(y)} | {verdict(x, y, lower)} |")
-
-# per-variant tables: every band / length
-for p in parts:
-    kind, _, variants = PARTS[p]
-    r0 = P[p][variants[0]]['final']
-    cols = list(r0['bands']) if kind == 'lm' else list(r0['accuracy'])
-    what = ('per-position CE (nats/byte) by band of the training length 128, then CE 8-16x minus CE <=1x, '
-            'and the same after averaging the last 5 / 10 checkpoints' if kind == 'lm' else
-            'exact-match accuracy by length (training lengths up to ' + str(int(r0['train_length']['mean'])) + ')'
-            + (', and beyond 1x after averaging the last 5 / 10 checkpoints' if 'avg10' in P[p][variants[0]] else ''))
-    lines += ['', f"**{p}**: {what}", '',
-              '| variant | ' + ' | '.join(cols) + (' | relative 8-16x | avg5 | avg10 |' if kind == 'lm' else
-                                                     ' | token acc. beyond 1x |' + (' avg5 | avg10 |' if 'avg10' in P[p][variants[0]] else '')),
-              '|---' * (len(cols) + (4 if kind == 'lm' else 2 + 2 * ('avg10' in P[p][variants[0]]))) + '|']
-    for v in variants:
-        r = P[p][v]
-        if kind == 'lm':
-            cells = [fmt(r['final']['bands'][c]) for c in cols]
-            cells += [fmt(RELATIVE(r[k])) if k in r else '-' for k in ('final', 'avg5', 'avg10')]
+    for p in (p for p in parts if a in P[p] and b in P[p]):
+        if PARTS[p][0] == 'lm':
+            x, y = final(P[p][a])['bands']['8-16x'], final(P[p][b])['bands']['8-16x']
+            m = M[p][f'{a}|{b}'].get('8-16x')
+            lines.append(f"| {claim} | {p}, CE 8-16x | {paper} | {NAMES[a]} {fmt(x)} | {NAMES[b]} {fmt(y)} | "
+                         f"{verdict(x, y, True)} | " + (f"{NAMES[a]} {fmt(m)} | {verdict(m, y, True)} |" if m else
+                                                        f"{NAMES[a]} never had {NAMES[b]}'s fit | - |"))
         else:
-            cells = [fmt(r['final']['accuracy'][c], 2) for c in cols] + [fmt(r['final']['token_beyond'], 2)]
-            cells += [fmt(r[k]['beyond'], 2) for k in ('avg5', 'avg10') if k in r]
+            x, y = final(P[p][a])['beyond'], final(P[p][b])['beyond']
+            lines.append(f"| {claim} | {p}, accuracy beyond 1x | {paper} | {NAMES[a]} {fmt(x)} | {NAMES[b]} {fmt(y)} | "
+                         f"{verdict(x, y, False)} | - | - |")
+for p in parts:
+    for v in ('wd', 'no_wd', 'vpad'):
+        if v in P[p]:
+            get = (lambda r: r['bands']['8-16x']) if PARTS[p][0] == 'lm' else (lambda r: r['beyond'])
+            lower = PARTS[p][0] == 'lm'
+            for name, step, what in (('avg_anneal', 'final', 'anneal'), ('avg_stable', 'stable_end', 'stable phase')):
+                x = get(P[p][v]['steps'][str(int(P[p][v][step]['mean']))])
+                y = get(P[p][v][name])
+                lines.append(f"| checkpoint averaging helps: the last {AVERAGE_K} of the {what} | {p}, "
+                             f"{'CE 8-16x' if lower else 'accuracy beyond 1x'}, {NAMES[v]} | NIAH-1 8K: 0.0 -> 41.2 "
+                             f"(Table 12) | its last checkpoint {fmt(x)} | averaged {fmt(y)} | {verdict(x, y, lower)} "
+                             f"| - | - |")
+for p in (p for p in parts if 'pl_d' in P[p] and 'probe_halves' in P[p]['pl_d']):
+    for v in (v for v in ('vpad', 'vpad_b') if v in P[p]):
+        for i, which in enumerate(('first', 'second')):
+            x, y = P[p]['pl_d']['probe_halves'][i], P[p][v]['probe_halves'][i]
+            lines.append(f"| VPAD reduces the pre-activation variance mismatch | {p}, {which} half of the layers | "
+                         f"PL-D {(0.29, 0.37)[i]} vs VPAD {(0.09, 0.06)[i]} (Fig. 3) | PL-D {fmt(x)} | {NAMES[v]} "
+                         f"{fmt(y)} | {verdict(x, y, True)} | - | - |")
+
+# the matched-fit control for every dropout variant against no-WD (the p sweep included)
+for p in (p for p in parts if PARTS[p][0] == 'lm' and 'no_wd' in P[p]):
+    lines += ['', f"**{p}**, matched fit: each variant's final checkpoint against no-WD's own checkpoint of the same "
+              "in-distribution CE (CE 64-128)", '',
+              '| variant | CE 64-128 | CE 4-8x | no-WD at that fit | CE 8-16x | no-WD at that fit | verdict (8-16x) |',
+              '|---|---|---|---|---|---|---|']
+    for v in (v for v in P[p] if v != 'no_wd'):
+        r, m = final(P[p][v])['bands'], M[p][f'no_wd|{v}']
+        cells = [fmt(r['in'])] + [x for band in ('4-8x', '8-16x')
+                                  for x in (fmt(r[band]), fmt(m[band]) if band in m else 'never at that fit')]
+        lines.append(f"| {NAMES[v]} | " + ' | '.join(cells) + ' | '
+                     + (verdict(m['8-16x'], r['8-16x'], True) if '8-16x' in m else '-') + ' |')
+
+# per part: the measure across training, and every band (or length) at the end
+for p in parts:
+    kind, _, vs = PARTS[p]
+    steps = list(P[p][vs[0]]['steps'])
+    what = ('CE 8-16x minus CE 64-128 (the rise beyond the training length)' if kind == 'lm'
+            else 'exact-match accuracy beyond the training length')
+    lines += ['', f"**{p}** across training: {what}, by training step", '',
+              '| variant | ' + ' | '.join(steps) + ' |', '|---' * (len(steps) + 1) + '|']
+    for v in vs:
+        cells = [fmt(m['rise']['8-16x'] if kind == 'lm' else m['beyond'], 3 if kind == 'lm' else 2)
+                 for m in P[p][v]['steps'].values()]
+        lines.append(f"| {NAMES[v]} | " + ' | '.join(cells) + ' |')
+    cols = list(BANDS) if kind == 'lm' else list(final(P[p][vs[0]])['accuracy'])
+    lines += ['', f"**{p}** at the final checkpoint: " + ('per-position CE (nats/byte) by band (in = positions 64-128), '
+              'and the CE 8-16x of the averaged last 5 checkpoints' if kind == 'lm' else
+              f"exact-match accuracy by length (trained on lengths up to {int(P[p][vs[0]]['train_length']['mean'])}), "
+              "and beyond 1x for the averaged last 5 checkpoints"), '',
+              '| variant | ' + ' | '.join(cols) + ' | averaged |', '|---' * (len(cols) + 2) + '|']
+    for v in vs:
+        r = final(P[p][v])
+        cells = ([fmt(r['bands'][c]) for c in cols] + [fmt(P[p][v]['avg_anneal']['bands']['8-16x'])] if kind == 'lm' else
+                 [fmt(r['accuracy'][c], 2) for c in cols] + [fmt(P[p][v]['avg_anneal']['beyond'], 2)])
         lines.append(f"| {NAMES[v]} | " + ' | '.join(cells) + ' |')
 with open(os.path.join(out, 'summary.md'), 'w') as f:
     f.write('\n'.join(lines) + '\n')
@@ -312,58 +410,148 @@ import matplotlib  # noqa: E402
 matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # noqa: E402
 
+COLORS = {v: plt.cm.tab20.colors[(2 * i) % 20 + (2 * i) // 20] for i, v in enumerate(VARIANTS)}  # 11 distinct
+def mean_std(xs):
+    """A curve ({'mean': [...], 'std': [...]}) or a list of stats -> two tensors."""
+    if isinstance(xs, dict):
+        return torch.tensor(xs['mean']), torch.tensor(xs['std'])
+    return torch.tensor([x['mean'] for x in xs]), torch.tensor([x['std'] for x in xs])
+
 lm_parts = [p for p in parts if PARTS[p][0] == 'lm']
-if lm_parts:
-    fig, axes = plt.subplots(len(lm_parts), 2, figsize=(11, 3.8 * len(lm_parts)), squeeze=False)
+task_parts = [p for p in parts if PARTS[p][0] == 'task']
+
+
+def band_plot(ax, x, values, v, **kw):
+    m, s = mean_std(values)
+    ax.plot(x, m, color=COLORS[v], label=NAMES[v], **kw)
+    ax.fill_between(x, m - s, m + s, color=COLORS[v], alpha=0.15)
+
+
+for p in lm_parts:  # Figure 1, left: per-position CE at several steps; right: CE beyond 1x against the step
+    vs = [v for v in CORE if v in P[p]]
+    cols = (len(vs) + 3) // 2
+    fig, axes = plt.subplots(2, cols, figsize=(3.6 * cols, 7), squeeze=False)
+    axes = axes.flatten()
+    for ax, v in zip(axes, vs):
+        steps = list(P[p][v]['steps'])
+        for i, s in enumerate(steps):
+            m, _ = mean_std(P[p][v]['steps'][s]['curve'])
+            ax.plot(torch.arange(1, len(m) + 1) / 8, m, color=plt.cm.viridis(i / max(len(steps) - 1, 1)), lw=1,
+                    label=f'step {s}' if i in (0, len(steps) - 1) else None)
+        ax.axvline(1, color='k', ls=':', lw=1)
+        ax.set_xscale('log', base=2)
+        ax.set_title(f'{p}, {NAMES[v]}', fontsize=9)
+        ax.set_xlabel('position / training length')
+        ax.set_ylabel('CE (nats/byte), moving average of T/4', fontsize=8)
+    lo, hi = min(ax.get_ylim()[0] for ax in axes[:len(vs)]), max(ax.get_ylim()[1] for ax in axes[:len(vs)])
+    for ax in axes[:len(vs)]:  # one scale for every variant
+        ax.set_ylim(lo, hi)
+    axes[0].legend(fontsize=7)
+    for ax, get, label in ((axes[-2], lambda m: m['bands']['8-16x'], 'CE at 8-16x'),
+                           (axes[-1], lambda m: m['rise']['8-16x'], 'CE 8-16x minus CE 64-128')):
+        for v in P[p]:
+            steps = list(P[p][v]['steps'])
+            band_plot(ax, [int(s) for s in steps], [get(P[p][v]['steps'][s]) for s in steps], v,
+                      ls='-' if v in CORE else '--')
+        ax.axvline(int(P[p][vs[0]]['stable_end']['mean']), color='k', ls=':', lw=1)
+        ax.set_xlabel('training step (dotted: the anneal starts)')
+        ax.set_ylabel(label)
+        ax.set_title(f'{p}: beyond the training length', fontsize=9)
+    axes[-1].legend(fontsize=6)
+    for ax in axes[len(vs):-2]:
+        ax.axis('off')
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, f'fig1_{p}.png'), dpi=100)
+    plt.close(fig)
+
+if lm_parts:  # the matched-fit control: in-distribution CE against CE beyond it, every checkpoint
+    fig, axes = plt.subplots(len(lm_parts), 2, figsize=(10, 4 * len(lm_parts)), squeeze=False)
     for row, p in zip(axes, lm_parts):
-        for ax, relative in zip(row, (False, True)):
-            for v in PARTS[p][2]:
-                c = P[p][v]['final']['curve']
-                m = torch.tensor([x['mean'] for x in c])
-                s = torch.tensor([x['std'] for x in c])
-                x = torch.arange(1, len(c) + 1) / 8  # in multiples of the training length
-                if relative:
-                    m = m - P[p][v]['final']['bands']['<=1x']['mean']
-                ax.plot(x, m, label=NAMES[v])
-                ax.fill_between(x, m - s, m + s, alpha=0.2)
+        for ax, band in zip(row, ('4-8x', '8-16x')):
+            for v in P[p]:
+                x, _ = mean_std([m['bands']['in'] for m in P[p][v]['steps'].values()])
+                y, _ = mean_std([m['bands'][band] for m in P[p][v]['steps'].values()])
+                ax.plot(x, y, marker='o', ms=2.5, color=COLORS[v], ls='-' if v in CORE else '--', label=NAMES[v])
+                ax.plot(x[-1:], y[-1:], marker='*', ms=9, color=COLORS[v])
+            ax.invert_xaxis()  # training goes from left to right
+            ax.set_xlabel('CE at positions 64-128 (in distribution; training goes left to right)')
+            ax.set_ylabel(f'CE at {band}')
+            ax.set_title(f'{p}: every checkpoint (seed means; star: final)', fontsize=9)
+        row[0].legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, 'frontier.png'), dpi=100)
+    plt.close(fig)
+
+    # the mechanism: attention entropy by query position (final), and beyond 1x across training
+    L = len(final(P[lm_parts[0]][PARTS[lm_parts[0]][2][0]])['entropy_curve'])  # layers
+    fig, axes = plt.subplots(len(lm_parts), L + 1, figsize=(3.2 * (L + 1), 3.2 * len(lm_parts)), squeeze=False)
+    for row, p in zip(axes, lm_parts):
+        vs = [v for v in ('wd', 'no_wd', 'pn_d', 'pl_d', 'vpad') if v in P[p]]
+        for layer, ax in enumerate(row[:-1]):
+            for v in vs:
+                curve = final(P[p][v])['entropy_curve'][layer]
+                n = len(curve['mean'])
+                band_plot(ax, torch.arange(1, n + 1) / 8, curve, v)
+            T = int(P[p][vs[0]]['train_length']['mean'])
+            t = torch.arange(1, n + 1) * T / 8
+            ax.plot(t / T, torch.log(t), color='gray', ls='--', lw=1, label='uniform, log t')
             ax.axvline(1, color='k', ls=':', lw=1)
             ax.set_xscale('log', base=2)
-            ax.set_xlabel('position / training length (128)')
-            ax.set_ylabel('CE minus CE <=1x' if relative else 'CE (nats/byte), moving average of 32')
-            ax.set_title(f"{p}: {'relative to in-distribution' if relative else 'per-position CE'}", fontsize=9)
-        row[0].legend(fontsize=7)
+            ax.set_title(f'{p}, layer {layer}: entropy (final)', fontsize=9)
+            ax.set_xlabel('query position / training length')
+        row[0].set_ylabel('attention entropy (nats), mean of heads')
+        row[0].legend(fontsize=6)
+        ax = row[-1]
+        for v in vs:
+            steps = list(P[p][v]['steps'])
+            m = [P[p][v]['steps'][s]['entropy_bands'] for s in steps]
+            band_plot(ax, [int(s) for s in steps], [stats([mean(layer['8-16x']['seeds'][i] - layer['in']['seeds'][i]
+                                                                 for layer in e) for i in range(len(seeds))]) for e in m], v)
+        ax.set_xlabel('training step')
+        ax.set_ylabel('entropy 8-16x minus 64-128 (nats)')
+        ax.set_title(f'{p}: across training, mean of layers', fontsize=9)
     fig.tight_layout()
-    fig.savefig(os.path.join(out, 'lm.png'), dpi=110)
-task_parts = [p for p in parts if PARTS[p][0] == 'task']
-if task_parts:
-    fig, axes = plt.subplots(1, len(task_parts), figsize=(4.2 * len(task_parts), 3.6), squeeze=False)
-    for ax, p in zip(axes[0], task_parts):
-        for v in PARTS[p][2]:
-            acc = P[p][v]['final']['accuracy']
-            ax.errorbar([int(L) for L in acc], [a['mean'] for a in acc.values()], yerr=[a['std'] for a in acc.values()],
-                        marker='o', ms=3, capsize=2, label=NAMES[v])
-        ax.axvline(P[p][PARTS[p][2][0]]['final']['train_length']['mean'], color='k', ls=':', lw=1)
-        ax.set_xscale('log', base=2)
-        ax.set_ylim(-0.05, 1.05)  # mean +- std of bimodal seeds can pass 0 and 1
-        ax.set_xlabel('sequence length' if p == 'needle' else 'source length')
-        ax.set_ylabel('exact-match accuracy')
-        ax.set_title(p, fontsize=9)
-    axes[0][0].legend(fontsize=7)
+    fig.savefig(os.path.join(out, 'entropy.png'), dpi=100)
+    plt.close(fig)
+
+probed = [p for p in lm_parts if 'probe' in P[p].get('pl_d', {})]
+if probed:
+    fig, axes = plt.subplots(1, len(probed), figsize=(5 * len(probed), 3.6), squeeze=False)
+    for ax, p in zip(axes[0], probed):
+        vs = [v for v in P[p] if 'probe' in P[p][v]]
+        for i, v in enumerate(vs):
+            m, s = mean_std(P[p][v]['probe']['rel_err'])
+            ax.bar(torch.arange(len(m)) + (i - (len(vs) - 1) / 2) * 0.8 / len(vs), m, yerr=s, width=0.8 / len(vs),
+                   capsize=2, color=COLORS[v], label=NAMES[v])
+        ax.set_xticks(range(len(m)))
+        r = ', '.join(f"{x['mean']:.2f}" for x in P[p]['pl_d']['probe']['r'])
+        ax.set_xlabel(f'layer (PL-D r by layer: {r})')
+        ax.set_ylabel('mean |Var[y train] - Var[y eval]| / Var[y eval]')
+        ax.set_title(f'{p}: pre-activation variance mismatch', fontsize=9)
+        ax.legend(fontsize=6)
     fig.tight_layout()
-    fig.savefig(os.path.join(out, 'tasks.png'), dpi=110)
-if 'lm_nape' in P and 'probe' in P['lm_nape'].get('pl_d', {}):
-    fig, ax = plt.subplots(figsize=(5, 3.6))
-    probed = [v for v in PARTS['lm_nape'][2] if 'probe' in P['lm_nape'][v]]
-    for i, v in enumerate(probed):
-        layers = P['lm_nape'][v]['probe']
-        ax.bar([l + (i - (len(probed) - 1) / 2) * 0.8 / len(probed) for l in range(len(layers))],
-               [l['mean'] for l in layers], yerr=[l['std'] for l in layers], width=0.8 / len(probed), capsize=2,
-               label=NAMES[v])
-    ax.set_xticks(range(len(layers)))
-    ax.set_xlabel('layer')
-    ax.set_ylabel('mean |Var[y train] - Var[y eval]| / Var[y eval]')
-    ax.set_title('pre-activation variance mismatch, lm_nape', fontsize=9)
-    ax.legend(fontsize=7)
+    fig.savefig(os.path.join(out, 'probe.png'), dpi=100)
+    plt.close(fig)
+
+if task_parts:  # retrieval: accuracy by length at the end, and beyond 1x across training
+    fig, axes = plt.subplots(len(task_parts), 2, figsize=(10, 3.6 * len(task_parts)), squeeze=False)
+    for row, p in zip(axes, task_parts):
+        for v in P[p]:
+            acc = final(P[p][v])['accuracy']
+            band_plot(row[0], [int(L) for L in acc], list(acc.values()), v, marker='o', ms=3)
+            steps = list(P[p][v]['steps'])
+            band_plot(row[1], [int(s) for s in steps], [P[p][v]['steps'][s]['beyond'] for s in steps], v)
+        row[0].axvline(P[p][PARTS[p][2][0]]['train_length']['mean'], color='k', ls=':', lw=1)
+        row[0].set_xscale('log', base=2)
+        row[0].set_xlabel('sequence length')
+        row[0].set_ylabel('exact-match accuracy (final)')
+        row[1].set_xlabel('training step')
+        row[1].set_ylabel('accuracy beyond 1x')
+        for ax in row:
+            ax.set_ylim(-0.05, 1.05)
+            ax.set_title(p, fontsize=9)
+        row[0].legend(fontsize=6)
     fig.tight_layout()
-    fig.savefig(os.path.join(out, 'probe.png'), dpi=110)
-print(f"wrote {out}/summary.md and the figures (lm.png, tasks.png, probe.png)")
+    fig.savefig(os.path.join(out, 'needle.png'), dpi=100)
+    plt.close(fig)
+print(f"wrote {out}/summary.md and the figures")

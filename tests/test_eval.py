@@ -1,5 +1,6 @@
 """ruler.py's NIAH prompts and metrics, eval_niah.py's harness (with a test double for the
-model), eval_loss.py against a direct full-sequence computation, and their errors."""
+model), eval_loss.py against a direct full-sequence computation, the attention-entropy probe,
+and their errors."""
 
 import json
 import os
@@ -18,6 +19,7 @@ import checkpoint
 import eval_niah
 import ruler
 from conftest import ROOT
+from eval_loss import attention_entropy
 from mamba import Mamba2, Mamba2Config
 from model import Transformer, TransformerConfig
 from tokens import TokenData, Tokenizer
@@ -158,6 +160,9 @@ def test_eval_errors(tiny_data, tmp_path):
     assert r.returncode != 0 and 'learned absolute positions for 32 tokens: it cannot take 1024' in r.stderr
     r = run('eval_niah.py', f'--ckpt={ckpt}', '--lengths=[512]', '--depths=[]')
     assert r.returncode != 0 and 'too few for this task' in r.stderr and 'Traceback' not in r.stderr
+    r = run('eval_niah.py', f'--ckpt={ckpt}', '--lengths=[1024, 512]', '--depths=[]', '--samples=1')
+    assert r.returncode != 0 and 'too few for this task' in r.stderr  # said before 1024 runs a sample:
+    assert not os.path.exists(tmp_path / 'a_niah.jsonl') or not open(tmp_path / 'a_niah.jsonl').read()
     ckpt_gpt2 = checkpoint.load(ckpt)
     ckpt_gpt2['tokenizer'] = {'kind': 'gpt2'}
     checkpoint.save(ckpt_gpt2, str(tmp_path / 'c.pt'))
@@ -202,3 +207,34 @@ def test_probe_variance_script(tiny_data, tmp_path):
     assert os.path.exists(tmp_path / 'ckpt_000007_probe_pre_linear.png') and 'first / second half' in r.stdout
     r = run('probe_variance.py', f'--ckpt={save_tiny(tmp_path / "none.pt", tiny_data)}')
     assert r.returncode != 0 and 'give --dropout_type=pre_linear or vpad' in r.stderr
+
+
+@pytest.mark.parametrize('pos, window, kv', [('nope', 0, None), (['rope', 'nope'], [8, 0], 2), ('nape', 0, None)])
+def test_attention_entropy_runs_the_models_own_attention(pos, window, kv):
+    """While it records, the model computes what it computes without the probe (NoPE, a windowed
+    RoPE layer with GQA, NAPE's ALiBi heads), and nothing stays swapped afterwards."""
+    torch.manual_seed(0)
+    net = Transformer(TransformerConfig(vocab_size=64, n_layer=2, n_head=4, n_kv_head=kv, n_embd=32,
+                                        pos_encoding=pos, window=window)).eval()
+    windows = torch.randint(0, 64, (2, 41))
+    seen = []
+    net.norm_f.register_forward_hook(lambda m, x, y: seen.append(y))
+    entropy = attention_entropy(net, windows)
+    assert entropy.shape == (2, 4, 40) and len(seen) == 2
+    for w, h in zip(windows, seen):
+        assert torch.allclose(h, net.hidden(w[None, :-1]), atol=1e-5)
+    import model
+    assert model.attention.__name__ == 'attention'
+
+
+def test_attention_entropy_of_uniform_attention_is_log_of_the_visible_keys():
+    """Zero queries attend uniformly: entropy log(t + 1) at query t with full attention, log(min(t + 1, W))
+    in a window of W keys."""
+    net = Transformer(TransformerConfig(vocab_size=64, n_layer=2, n_head=2, n_embd=16, pos_encoding=['rope', 'nope'],
+                                        window=[5, 0])).eval()
+    for block in net.layers:
+        torch.nn.init.zeros_(block.attn.q_proj.weight)
+    entropy = attention_entropy(net, torch.randint(0, 64, (3, 31)))  # (L, H, 30)
+    t = torch.arange(30, dtype=torch.float32)
+    assert torch.allclose(entropy[0], torch.log((t + 1).clamp(max=5)).expand(2, -1), atol=1e-5)
+    assert torch.allclose(entropy[1], torch.log(t + 1).expand(2, -1), atol=1e-5)

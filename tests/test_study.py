@@ -1,5 +1,6 @@
-"""study.py end to end at a tiny scale: every run trained and evaluated, results.json holding
-the seeds' own numbers, summary.md's verdicts made from them, and a rerun that resumes."""
+"""study.py end to end at a tiny scale: every run trained and evaluated along its training,
+results.json holding the seeds' own numbers, the matched-fit control recomputed here, summary.md's
+verdicts made from them, and a rerun that resumes."""
 
 import json
 import os
@@ -7,9 +8,12 @@ import subprocess
 import sys
 from statistics import mean
 
+import numpy as np
 import pytest
 
 from conftest import ROOT, byte_dataset
+
+PARTS = "--parts=['lm_sw', 'needle_nope']"
 
 
 @pytest.fixture(scope='module')
@@ -18,56 +22,102 @@ def long_data(tmp_path_factory):
     return byte_dataset(tmp_path_factory.mktemp('long') / 'byte', 4, 2, 600)
 
 
-def run_study(out, data, *args):
-    return subprocess.run([sys.executable, 'study.py', f'--out={out}', f'--data_dir={data}', '--tiny=True',
-                           '--seeds=[1, 2]', "--variants=['pl_d', 'vpad']", *args],
+def run_study(out, *args):
+    return subprocess.run([sys.executable, 'study.py', f'--out={out}', '--tiny=True', '--seeds=[1, 2]', *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=900)
+
+
+def first_crossing(steps, x):
+    """The reference's 8-16x CE where its in-distribution CE first reaches x, written out with numpy."""
+    xs = np.array([m['bands']['in'] for m in steps.values()])
+    ys = np.array([m['bands']['8-16x'] for m in steps.values()])
+    for i in range(len(xs) - 1):
+        lo, hi = sorted(xs[i:i + 2])
+        if lo <= x <= hi and lo < hi:
+            order = np.argsort(xs[i:i + 2])
+            return float(np.interp(x, xs[i:i + 2][order], ys[i:i + 2][order]))
+    return None
 
 
 def test_study_trains_evaluates_and_summarises(tmp_path, long_data):
     out = str(tmp_path / 'study')
-    r = run_study(out, long_data, "--parts=['lm_nape', 'needle', 'copy_mamba']")
+    r = run_study(out, f'--data_dir={long_data}', PARTS, "--variants=['no_wd', 'pl_d', 'vpad']")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert '12 runs' in r.stdout
     results = json.load(open(os.path.join(out, 'results.json')))
     P = results['parts']
-    assert set(P) == {'lm_nape', 'needle', 'copy_mamba'} and set(P['lm_nape']) == {'pl_d', 'vpad'}
-    # the means and stds are those of the runs' own evaluations
-    evals = [json.load(open(os.path.join(out, 'lm_nape', 'vpad', f's{s}', 'eval.json'))) for s in (1, 2)]
-    band = P['lm_nape']['vpad']['final']['bands']['8-16x']
-    assert band['seeds'] == [e['final']['bands']['8-16x'] for e in evals]
-    assert band['mean'] == mean(band['seeds']) and band['std'] > 0  # two seeds, two different models
-    rel = P['lm_nape']['vpad']['final']['relative']['8-16x']['seeds']
-    assert rel == [e['final']['bands']['8-16x'] - e['final']['bands']['<=1x'] for e in evals]
-    assert len(evals[0]['final']['curve']) == 128 and 'avg10' in evals[0] and len(evals[0]['probe']) == 2
-    assert evals[0]['avg10']['bands'] != evals[0]['final']['bands']
-    acc = P['needle']['pl_d']['final']['accuracy']
+    assert set(P) == {'lm_sw', 'needle_nope'} and set(P['lm_sw']) == {'no_wd', 'pl_d', 'vpad'}
+    evals = {v: [json.load(open(os.path.join(out, 'lm_sw', v, f's{s}', 'eval.json'))) for s in (1, 2)] for v in P['lm_sw']}
+    e = evals['vpad'][0]
+    # checkpoints along training (20 steps, one every 2): at least 6, the last the final, denser in the anneal
+    steps = [int(s) for s in e['steps']]
+    assert steps == sorted(steps) and len(steps) >= 6 and steps[-1] == e['final'] == 20 and e['stable_end'] == 16
+    assert sum(s > 16 for s in steps) >= 2 and sum(s <= 8 for s in steps) <= 3
+    # the means and stds are those of the runs' own evaluations, at every checkpoint (results.json: 5 decimals)
+    for s in e['steps']:
+        band = P['lm_sw']['vpad']['steps'][s]['bands']['8-16x']
+        assert band['seeds'] == pytest.approx([x['steps'][s]['bands']['8-16x'] for x in evals['vpad']], abs=6e-6)
+        assert band['mean'] == pytest.approx(mean(band['seeds']), abs=1e-5) and band['std'] > 0  # two different models
+        rise = P['lm_sw']['vpad']['steps'][s]['rise']['8-16x']['seeds']
+        assert rise == pytest.approx([x['steps'][s]['bands']['8-16x'] - x['steps'][s]['bands']['in'] for x in evals['vpad']],
+                                     abs=6e-6)
+    m = e['steps']['20']
+    assert len(m['curve']) == 128 and len(m['entropy_curve']) == 4 and len(m['entropy_curve'][0]) == 128
+    assert all(0 <= h <= np.log(128 * 16) for layer in m['entropy_curve'] for h in layer)
+    assert e['avg_anneal']['bands'] != m['bands'] and e['avg_stable']['bands'] != e['steps']['16']['bands']
+    assert len(e['probe']['rel_err']) == 4 and len(e['probe']['r']) == 4 and 'probe' not in evals['no_wd'][0]
+    # matched fit: the reference's CE at the other run's final in-distribution CE, seed by seed
+    for a, b in (('no_wd', 'pl_d'), ('no_wd', 'vpad'), ('pl_d', 'vpad')):
+        want = [first_crossing(ea['steps'], eb['steps']['20']['bands']['in']) for ea, eb in zip(evals[a], evals[b])]
+        got = results['matched']['lm_sw'][f'{a}|{b}']
+        if None in want:
+            assert '8-16x' not in got
+        else:
+            assert np.allclose(got['8-16x']['seeds'], want, atol=6e-6, rtol=0)
+    acc = P['needle_nope']['pl_d']['steps']['20']['accuracy']
     assert list(acc) == ['64', '128', '256', '512', '1024'] and all(0 <= a['mean'] <= 1 for a in acc.values())
-    assert 'avg10' in P['needle']['pl_d'] and 'avg10' not in P['copy_mamba']['pl_d']
-    # the table: PL-D vs VPAD on every measure of these parts, the probe, averaging; numbers from the JSON
+    assert 'avg_anneal' in P['needle_nope']['pl_d'] and 'probe' not in P['needle_nope']['pl_d']
+    curve = P['lm_sw']['vpad']['steps']['20']['entropy_curve'][0]  # a curve: mean and std lists, at the end only
+    assert set(curve) == {'mean', 'std'} and len(curve['mean']) == 128 and 'entropy_curve' not in P['lm_sw']['vpad']['steps']['2']
+    # the claims: numbers from the JSON, raw and matched verdicts, the probe, averaging
     summary = open(os.path.join(out, 'summary.md')).read()
-    x, y = P['lm_nape']['pl_d']['final']['relative']['8-16x'], P['lm_nape']['vpad']['final']['relative']['8-16x']
-    assert f"PL-D {x['mean']:.3f} ± {x['std']:.3f} | VPAD {y['mean']:.3f} ± {y['std']:.3f} |" in summary
-    assert summary.count('VPAD beats pre-linear dropout') == 4 and summary.count('variance mismatch') == 2
-    assert 'checkpoint averaging' in summary and 'WD hurts' not in summary  # no WD runs, no WD row
-    for fig in ('lm.png', 'tasks.png', 'probe.png'):
+    x, y = P['lm_sw']['no_wd']['steps']['20']['bands']['8-16x'], P['lm_sw']['vpad']['steps']['20']['bands']['8-16x']
+    assert (f"| dropout helps extrapolation: VPAD better than no-WD | lm_sw, CE 8-16x | Table 11: VPAD >> WD | "
+            f"no-WD {x['mean']:.3f} ± {x['std']:.3f} | VPAD {y['mean']:.3f} ± {y['std']:.3f} |") in summary
+    assert summary.count('VPAD beats pre-linear dropout') == 2 and summary.count('variance mismatch') == 2
+    assert summary.count('checkpoint averaging helps') == 8 and 'WD over-fits' not in summary  # no WD runs, no WD row
+    for fig in ('fig1_lm_sw.png', 'frontier.png', 'entropy.png', 'probe.png', 'needle.png'):
         assert os.path.getsize(os.path.join(out, fig)) > 10_000
-    # a rerun trains nothing
-    r = run_study(out, long_data, "--parts=['lm_nape', 'needle', 'copy_mamba']")
+    # a rerun trains nothing; given made-up evaluations, the matched fit is the interpolation written out
+    for s in (1, 2):
+        for v, final_in in (('no_wd', None), ('pl_d', 2.65), ('vpad', 1.0)):
+            path = os.path.join(out, 'lm_sw', v, f's{s}', 'eval.json')
+            e = json.load(open(path))
+            for i, m in enumerate(e['steps'].values()):  # no-WD: CE in falls 3.0, 2.9, ..., CE 8-16x rises 4.0, 4.2, ...
+                m['bands']['in'], m['bands']['8-16x'] = 3.0 - 0.1 * i, 4.0 + 0.2 * i
+            if final_in:
+                e['steps']['20']['bands']['in'] = final_in
+            json.dump(e, open(path, 'w'))
+    r = run_study(out, f'--data_dir={long_data}', PARTS, "--variants=['no_wd', 'pl_d', 'vpad']")
     assert r.returncode == 0 and '12 done; 0 to go' in r.stdout
+    matched = json.load(open(os.path.join(out, 'results.json')))['matched']['lm_sw']
+    assert matched['no_wd|pl_d']['8-16x']['seeds'] == pytest.approx([4.7, 4.7])  # between 2.7 -> 4.6 and 2.6 -> 4.8
+    assert '8-16x' not in matched['no_wd|vpad']  # no-WD never had CE 1.0 in distribution
+    assert 'no-WD never had VPAD' in open(os.path.join(out, 'summary.md')).read()
 
 
 def test_study_resumes_a_run_cut_short(tmp_path):
     out = str(tmp_path / 'study')
-    d = os.path.join(out, 'needle', 'vpad', 's1')
-    args = ["--parts=['needle']", '--seeds=[1]']
-    r = subprocess.run([sys.executable, 'train.py', 'configs/needle.py', '--weight_decay=0.0', '--dropout_type=vpad',
-                        '--dropout=0.1', '--n_layer=1', '--n_embd=32', '--n_head=2', '--max_tokens=20480',
-                        '--ckpt_interval=1', '--halt_at=4', '--keep_last=10', '--eval_interval=100000',
-                        '--task_eval_samples=20', '--seed=1', f'--out_dir={d}', '--device=cpu'],
+    d = os.path.join(out, 'needle_nope', 'vpad', 's1')
+    # the study's own arguments for this run (study.py's NEEDLE, the part's, VARIANTS['vpad'], TINY['task']), halted
+    r = subprocess.run([sys.executable, 'train.py', 'configs/needle.py', '--eval_interval=100000', '--task_eval_samples=20',
+                        '--pos_encoding=nope', '--weight_decay=0.0', '--dropout_type=vpad', '--dropout=0.1',
+                        '--n_layer=2', '--n_embd=32', '--n_head=2', '--max_tokens=40960', '--ckpt_interval=2',
+                        '--halt_at=4', '--seed=1', f'--out_dir={d}', '--device=cpu'],
                        cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]
-    r = subprocess.run([sys.executable, 'study.py', f'--out={out}', '--tiny=True', "--variants=['vpad']", *args],
-                       cwd=ROOT, capture_output=True, text=True, timeout=600)
+    r = subprocess.run([sys.executable, 'study.py', f'--out={out}', '--tiny=True', "--variants=['vpad']",
+                        "--parts=['needle_nope']", '--seeds=[1]'], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert 'resuming' in open(os.path.join(d, 'train.log')).read()
+    assert json.load(open(os.path.join(d, 'eval.json')))['final'] == 20
