@@ -87,7 +87,7 @@ parallel = 'ddp'  # under torchrun: 'ddp' (a replica per process) or 'fsdp' (FSD
 activation_checkpointing = False  # recompute each block in the backward pass: less memory, about 30% more compute
 keep_last = 0  # keep only the newest N model checkpoints; 0 keeps all (checkpoint averaging needs the last K)
 # -----------------------------------------------------------------------------
-MODEL_KEYS = {f.name: f.default for _, cfg in checkpoint.MODELS.values() for f in fields(cfg)}
+MODEL_KEYS = {f.name for _, cfg in checkpoint.MODELS.values() for f in fields(cfg)}
 defaults = {k: globals()[k] for k in MODEL_KEYS}
 config = configure(globals(), sys.argv[1:])
 globals().update(config)
