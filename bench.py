@@ -15,9 +15,11 @@ each variant (a dropout that fuses into the surrounding kernels adds none).
 """
 
 import multiprocessing
+import queue as queues
 import resource
 import sys
 import time
+import traceback
 from contextlib import nullcontext
 from dataclasses import fields
 
@@ -115,7 +117,31 @@ class NanoGPT(nn.Module):
 @torch.no_grad()
 def measure_context(model_type, args, length, gen_tokens, chunk_size, device, dtype, queue):
     """In a fresh process: prefill a random prompt of `length` tokens in chunks through the
-    model's cache, then decode gen_tokens greedily; the two times and the process's peak memory."""
+    model's cache, then decode gen_tokens greedily; the two times and the process's peak memory
+    (or the error, if it fails)."""
+    try:
+        queue.put(context_times(model_type, args, length, gen_tokens, chunk_size, device, dtype))
+    except BaseException:  # e.g. out of memory: the parent reports it and stops
+        queue.put({'error': traceback.format_exc()})
+
+
+def child_result(p, queue):
+    """The result of child process p: it never blocks on a child that died without one (killed
+    for memory, a crash), and a child's error becomes SystemExit with its traceback."""
+    while True:
+        try:
+            r = queue.get(timeout=1)
+            break
+        except queues.Empty:
+            if not p.is_alive():
+                raise SystemExit(f"the measuring process died (exit code {p.exitcode}) before it reported")
+    p.join()
+    if 'error' in r:
+        raise SystemExit(f"the measuring process failed:\n{r['error']}")
+    return r
+
+
+def context_times(model_type, args, length, gen_tokens, chunk_size, device, dtype):
     model = build(model_type, args, device).to(getattr(torch, dtype)).eval()
     idx = torch.randint(0, args['vocab_size'], (1, length), device=device)
     cache = model.new_cache()
@@ -130,7 +156,7 @@ def measure_context(model_type, args, length, gen_tokens, chunk_size, device, dt
     t2 = time.perf_counter()
     peak = torch.cuda.max_memory_allocated() if device.startswith('cuda') else \
         resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kilobytes on Linux
-    queue.put({'prefill_s': t1 - t0, 'ms_per_token': 1000 * (t2 - t1) / gen_tokens, 'peak_mb': peak / 2 ** 20})
+    return {'prefill_s': t1 - t0, 'ms_per_token': 1000 * (t2 - t1) / gen_tokens, 'peak_mb': peak / 2 ** 20}
 
 
 if __name__ == '__main__':
@@ -259,8 +285,7 @@ if __name__ == '__main__':
                 queue = spawn.Queue()
                 p = spawn.Process(target=measure_context, args=(kind, args, L, gen_tokens, prefill_chunk, device, dtype, queue))
                 p.start()
-                r = queue.get()
-                p.join()
+                r = child_result(p, queue)
                 print(f"{name:>16} {L:>8} {r['prefill_s']:>10.2f} {r['ms_per_token']:>10.1f} {r['peak_mb']:>10.0f}", flush=True)
     else:
         raise SystemExit(f"mode must be 'train', 'nanogpt', 'hf_mamba' or 'context', got {mode!r}")

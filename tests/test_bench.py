@@ -66,3 +66,16 @@ def test_bench_script(mode, rows):
     for name in rows:
         line = next(l for l in lines if l.strip().startswith(name + ' ') or l.strip().split('  ')[0] == name)
         assert float(line.split()[-1]) > 0  # the ratio to the first row
+
+
+def test_context_mode_fails_when_a_measuring_process_does(tmp_path):
+    """A child that fails (here: learned positions asked past block_size, as an out-of-memory
+    would) makes bench.py exit non-zero with the child's error, instead of waiting forever."""
+    args = [sys.executable, 'bench.py', '--mode=context', '--n_layer=1', '--n_embd=32', '--n_head=2', '--gen_tokens=2',
+            '--prefill_chunk=16', '--context_window=8']
+    r = subprocess.run([*args, '--context_lengths=[32]'], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert len([l for l in r.stdout.splitlines() if l.split()[-4:-3] == ['32']]) == 3  # one row per model
+    r = subprocess.run([*args, '--context_lengths=[32]', '--pos_encoding=learned', '--block_size=16'], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and 'the measuring process failed' in r.stderr and 'learned absolute positions' in r.stderr
