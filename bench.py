@@ -198,7 +198,7 @@ if __name__ == '__main__':
     def measure(models, title):
         """Time the models' training steps side by side and print tokens/s, and on CUDA MFU, the memory
         a step adds (activations, gradients, temporaries) and, compiled, Inductor's kernels per model."""
-        runs, extra, peak = {}, {}, peak_flops(device)
+        runs, extra, (_, peak) = {}, {}, peak_flops(device)
         for name, model in models.items():
             opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.startswith('cuda'))
             runs[name] = run(torch.compile(model) if compile else model, opt)

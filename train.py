@@ -468,7 +468,10 @@ def print_eval(it, r):
 
 say("config:\n" + "\n".join(f"  {k} = {v!r}" for k, v in config.items()))
 log({'event': 'start', 'iter': start_iter, 'config': config})
-peak = peak_flops(device)  # for MFU; None off CUDA
+gpu, peak = peak_flops(device)  # for MFU; None off CUDA
+if device_type == 'cuda':
+    say(f"MFU against {gpu}'s bf16 peak of {peak / 1e12:.0f} TFLOP/s" if peak else
+        f"no MFU: {gpu!r} is not in model.PEAK_FLOPS (add its dense bf16 peak there)")
 flops_per_iter = raw_model.flops_per_token(block_size) * tokens_per_batch
 def forward_backward(it, backward=True):
     """The training loss of iteration it (the mean over micro-steps and processes), and with

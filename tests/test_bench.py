@@ -36,12 +36,14 @@ def test_mamba2_flops_by_hand():
     assert m.flops_per_token(1024) == 6 * weights + 6 * scan == 6 * 9372 + 6 * 1792
 
 
-def test_peak_flops(monkeypatch):
-    assert model_py.peak_flops('cpu') is None
-    monkeypatch.setattr(torch.cuda, 'get_device_name', lambda d=None: 'NVIDIA H200')
-    assert model_py.peak_flops('cuda:0') == 989e12
-    monkeypatch.setattr(torch.cuda, 'get_device_name', lambda d=None: 'Some Future GPU')
-    assert model_py.peak_flops('cuda') is None
+@pytest.mark.parametrize('name,peak', [('NVIDIA H200', 989e12), ('NVIDIA H100 80GB HBM3', 989e12),
+                                       ('NVIDIA H100 PCIe', 756e12), ('NVIDIA H100 NVL', 835e12),
+                                       ('NVIDIA H200 NVL', 835e12), ('NVIDIA A10G', None), ('Some Future GPU', None)])
+def test_peak_flops(monkeypatch, name, peak):
+    """By the exact name: a PCIe or NVL card is not the SXM part, an A10G not an A10."""
+    assert model_py.peak_flops('cpu') == ('cpu', None)
+    monkeypatch.setattr(torch.cuda, 'get_device_name', lambda d=None: name)
+    assert model_py.peak_flops('cuda:0') == (name, peak)
 
 
 def test_nanogpt_yardstick_has_the_size_of_model_py_configured_as_nanogpt():
