@@ -31,9 +31,15 @@ try:  # fused kernels, CUDA only; without them the PyTorch scan below runs every
     from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined
 except ImportError:
     mamba_chunk_scan_combined = None
+except Exception as e:  # installed but broken (a CUDA or Triton mismatch): every script imports this file
+    print(f"warning: mamba_ssm is installed but does not import ({type(e).__name__}: {e}); using the PyTorch scan")
+    mamba_chunk_scan_combined = None
 try:
     from causal_conv1d import causal_conv1d_fn
 except ImportError:
+    causal_conv1d_fn = None
+except Exception as e:
+    print(f"warning: causal_conv1d is installed but does not import ({type(e).__name__}: {e}); using the PyTorch conv")
     causal_conv1d_fn = None
 
 
