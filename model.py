@@ -91,6 +91,8 @@ class TransformerConfig:
             raise ValueError(f"attn_backend must be 'auto', 'sdpa', 'flex' or 'manual', got {self.attn_backend!r}")
         if not 0 <= self.attn_dropout < 1:
             raise ValueError(f"attn_dropout must be in [0, 1), got {self.attn_dropout}")
+        if self.attn_backend == 'flex' and self.attn_dropout > 0:  # flex_attention has no dropout: it would be lost
+            raise ValueError("attn_backend='flex' cannot apply attention dropout: use 'sdpa' or 'manual' (or 'auto')")
         if self.attn_alpha < 1 or self.attn_scale not in ('none', 'adaptive', 'static', 'ssmax'):
             raise ValueError(f"attn_alpha must be >= 1 and attn_scale 'none', 'adaptive', 'static' or 'ssmax', "
                              f"got {self.attn_alpha}, {self.attn_scale!r}")

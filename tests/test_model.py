@@ -202,6 +202,10 @@ def test_config_errors():
         TransformerConfig(n_head=4, n_kv_head=3)
     with pytest.raises(ValueError, match='learned'):
         TransformerConfig(n_layer=2, pos_encoding=['learned', 'nope'])
+    with pytest.raises(ValueError, match="attn_backend='flex' cannot apply attention dropout"):  # it would drop it
+        TransformerConfig(attn_backend='flex', attn_dropout=0.1)
+    with pytest.raises(ValueError, match=r'attn_dropout must be in \[0, 1\)'):
+        TransformerConfig(attn_dropout=1.0)
 
 
 def test_paper_config_parameter_count_on_meta():
