@@ -9,7 +9,7 @@ Three placements are compared in the paper (Fig. 2), all built from the operator
 - VPAD, Variance-Preserving Affine Dropout, at the pre-linear sites.
 
 VPAD IS A RECONSTRUCTION. The paper's VPAD formula was not available to us (only its name,
-its purpose and Fig. 3). What we implement (../shared/reference/paper-notes.md §1.4):
+its purpose and Fig. 3). What we implement (docs/vpad.md has the derivation in full):
 for one token's input x in R^d to a linear layer W, inverted dropout D(x) = m*x/(1-p) with
 m_i ~ Bernoulli(1-p) keeps E[Wx] but inflates the pre-activation variance,
     E||W D(x)||^2 = ||Wx||^2 + p/(1-p) * sum_ij W_ij^2 x_j^2      (~ 1/(1-p) for isotropic W).
