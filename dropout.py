@@ -43,10 +43,11 @@ def keep_mask(x, p):
     one kernel. On CPU the random numbers were most of what dropout cost, so one 64-bit draw serves
     four elements: 15 random bits each, compared with round(p * 2^15), written straight into the
     float mask. That realises p to within 2^-16; the operators scale by the realised rate, so they
-    stay unbiased."""
+    stay unbiased. Under torch.compile, on CPU too: rand >= p, since dynamo cannot trace random_
+    into a view (a graph break per mask) and the compiled kernel draws the numbers in place."""
     if not 0 <= p < 1:
         raise ValueError(f"a dropout rate must be in [0, 1), got {p}")
-    if x.device.type != 'cpu':
+    if x.device.type != 'cpu' or torch.compiler.is_compiling():
         return (torch.rand(x.shape, device=x.device) >= p).to(x.dtype), p
     threshold, n = round(p * 32768), x.numel()
     bits = torch.empty((n + 3) // 4, dtype=torch.int64).random_()  # 63 random bits each

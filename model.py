@@ -227,30 +227,41 @@ def entmax_bisect(z, alpha, n_iter=50):
 
 def flex(q, k, v, offset, slopes=None, window=0):
     """The same attention with FlexAttention (query i sits at key index i + offset): a block
-    mask for causality and the window, a score_mod for ALiBi. Fused only when compiled (CUDA)."""
+    mask for causality and the window, a score_mod for ALiBi. Fused only when compiled: on CUDA
+    through _compiled_flex() in eager code, or inside the caller's graph when the model is compiled."""
+    compiling = torch.compiler.is_compiling()
+    # the offset as a tensor for the compiled callable (a constant would recompile it per offset);
+    # inside a compiled model, a plain number (a tensor made in the graph is no input the kernel can take)
+    offset_t = offset if compiling else torch.tensor(offset, device=q.device)
     score_mod = None
     if slopes is not None:
-        def score_mod(score, b, h, qi, ki):  # -m_h * distance, up to the offset's row constant, which softmax ignores
-            return score - slopes[h] * (qi - ki)
-    fn = _compiled_flex() if q.is_cuda else flex_attention
-    return fn(q, k, v, score_mod=score_mod, block_mask=block_mask(q.size(2), k.size(2), offset, window, q.device),
-              enable_gqa=q.size(1) != k.size(1))
+        def score_mod(score, b, h, qi, ki):  # -m_h * (i - j) with the query's absolute index: without
+            return score - slopes[h] * (qi + offset_t - ki)  # the offset, fp32 would carry m_h * position
+    fn = _compiled_flex() if q.is_cuda and not compiling else flex_attention
+    mask = (block_mask.__wrapped__ if compiling else block_mask)(q.size(2), k.size(2), offset, window, q.device)
+    return fn(q, k, v, score_mod=score_mod, block_mask=mask, enable_gqa=q.size(1) != k.size(1))
 
 
 @functools.lru_cache(maxsize=16)
 def block_mask(Tq, Tk, offset, window, device):
-    """Causal (and windowed) block mask, built once per shape and offset (every layer and step reuses it)."""
-    offset_t = torch.tensor(offset, device=device)
+    """Causal (and windowed) block mask, built once per shape and offset in eager code (every
+    layer and step reuses it). Inside a compiled region it is traced instead (dynamo ignores the
+    cache), and built without its own torch.compile, which dynamo cannot trace (a graph break per layer)."""
+    compiling = torch.compiler.is_compiling()
+    offset_t = offset if compiling else torch.tensor(offset, device=device)
 
     def mask_mod(b, h, qi, ki):
         d = qi + offset_t - ki
         return (d >= 0) & (d < window) if window else d >= 0
-    return create_block_mask(mask_mod, None, None, Tq, Tk, device=device, _compile=device.type == 'cuda')
+    return create_block_mask(mask_mod, None, None, Tq, Tk, device=device, _compile=device.type == 'cuda' and not compiling)
 
 
 @functools.lru_cache(maxsize=1)
 def _compiled_flex():
-    return torch.compile(flex_attention, dynamic=False)
+    # shapes dynamic after the first change (dynamo's default), offsets as tensors: a handful of
+    # graphs serve every (B, Tq, Tk, offset). dynamic=False compiled one graph per shape and fell
+    # back to the unfused kernel (the full score matrix) after dynamo's limit of 8.
+    return torch.compile(flex_attention)
 
 
 class KVCache:

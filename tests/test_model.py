@@ -52,6 +52,23 @@ def test_sdpa_and_flex_equal_naive_attention(pe, window, n_kv, q_start, k_start)
     torch.testing.assert_close(flex(q, k, v, q_start - k_start, slopes, window), ref, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize('pe,window', [('alibi', 0), ('nape', 0), ('nape', 512)])
+def test_attention_exact_at_long_query_offsets(pe, window):
+    """16 queries after 2K, 8K and 32K cached keys (a chunked prefill or a decode step), against
+    the same attention in float64: the ALiBi bias must be taken at the true distance, not at a
+    distance shifted by the offset (fp32 would then carry slope x position: 1e-3 at 32K)."""
+    torch.manual_seed(0)
+    slopes = alibi_slopes(4, pe)
+    for offset in (2048, 8192, 32768):
+        q, k, v = torch.randn(1, 4, 16, 16), torch.randn(1, 2, offset + 16, 16), torch.randn(1, 2, offset + 16, 16)
+        dist = (torch.arange(16)[:, None] + offset - torch.arange(offset + 16)).double()  # (Tq, Tk)
+        scores = q.double() @ k.double().repeat_interleave(2, 1).transpose(-2, -1) / 4 - slopes.double()[:, None, None] * dist
+        allowed = (dist >= 0) & (dist < window) if window else dist >= 0
+        ref = scores.masked_fill(~allowed, float('-inf')).softmax(-1) @ v.double().repeat_interleave(2, 1)
+        for out in (flex(q, k, v, offset, slopes, window), attention(q, k, v, offset, 0, slopes, window)):
+            assert (out.double() - ref).abs().max() < 2e-6, (offset, (out.double() - ref).abs().max())
+
+
 def test_long_inputs_go_in_query_slices():
     """Past 2^25 mask entries the queries are sliced; the output is the same as one explicit mask."""
     torch.manual_seed(0)

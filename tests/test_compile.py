@@ -1,0 +1,115 @@
+"""The compiled paths on CPU: what a GPU run compiles must trace as one graph, not recompile
+step after step, and compute what eager computes."""
+
+import warnings
+
+import pytest
+import torch
+import torch._dynamo.utils
+
+import model
+from model import alibi_slopes, flex
+
+
+def test_compiled_flex_stays_fused_over_many_eval_shapes(monkeypatch):
+    """Evaluation calls flex with ever new (Tq, Tk, offset): a chunked prefill, eval_loss's 32
+    shapes. Each used to be its own graph, and past dynamo's recompile limit (8) flex ran
+    unfused, building the full score matrix. Twelve shapes must all run compiled."""
+    torch._dynamo.reset()
+    monkeypatch.setattr(model, 'flex_attention', model._compiled_flex())  # the CUDA callable, on CPU
+    torch._dynamo.utils.counters.clear()
+    torch.manual_seed(0)
+    slopes = alibi_slopes(2, 'nape')
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        for Tq, Tk in [(64, 64), (64, 128), (128, 128), (32, 160), (64, 192), (64, 256), (128, 256), (64, 320),
+                       (64, 384), (96, 448), (64, 512), (128, 576)]:
+            q, k, v = torch.randn(1, 2, Tq, 16), torch.randn(1, 2, Tk, 16), torch.randn(1, 2, Tk, 16)
+            out = flex(q, k, v, Tk - Tq, slopes, 0)
+            torch.testing.assert_close(out, model.attention(q, k, v, Tk - Tq, 0, slopes), atol=1e-5, rtol=1e-5)
+    frames = torch._dynamo.utils.counters['frames']
+    assert frames['total'] == frames['ok'] and frames['ok'] <= 6, dict(frames)  # every call compiled, few graphs
+    assert not [w for w in caught if 'without torch.compile' in str(w.message)]  # never the unfused fallback
+    torch._dynamo.reset()
+
+
+SMALL = dict(vocab_size=61, block_size=32, n_layer=2, n_head=4, n_embd=32)
+VARIANTS = {  # the training step of each regularizer and model, NAPE unless named otherwise
+    'none': {}, 'pre_norm': dict(dropout_type='pre_norm', dropout=0.1),
+    'pre_linear': dict(dropout_type='pre_linear', dropout=0.1),
+    **{f'vpad_{v}': dict(dropout_type='vpad', dropout=0.1, vpad_variant=v) for v in 'ABCD'},
+    'attn_dropout': dict(attn_dropout=0.1), 'asentmax': dict(attn_alpha=1.5, attn_scale='adaptive'),
+    'nope': dict(pos_encoding='nope'), 'swa': dict(pos_encoding=['rope', 'nope'], window=[8, 0]),
+    'mamba2': 'mamba2',
+}
+
+
+def make(variant):
+    if VARIANTS[variant] == 'mamba2':
+        from mamba import Mamba2, Mamba2Config
+        return Mamba2(Mamba2Config(vocab_size=61, n_layer=2, n_embd=32, d_state=8, headdim=8, chunk_size=8,
+                                   dropout_type='pre_linear', dropout=0.1))
+    return model.Transformer(model.TransformerConfig(**SMALL, **VARIANTS[variant]))
+
+
+@pytest.mark.parametrize('variant', VARIANTS)
+def test_training_step_compiles_to_one_graph_equal_to_eager(variant, monkeypatch):
+    """fullgraph=True (no graph break), no recompile over three steps, and the loss and every
+    gradient as in eager mode. The random masks are drawn the same way in both: inductor's own
+    generator is switched off (fallback_random) and the eager run takes the compiled mask path."""
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    with torch._inductor.config.patch(fallback_random=True), torch._dynamo.config.patch(error_on_recompile=True):
+        three_steps(variant, monkeypatch)
+    assert torch._dynamo.utils.counters['stats']['unique_graphs'] == 1
+    torch._dynamo.reset()
+
+
+def three_steps(variant, monkeypatch):
+    torch.manual_seed(0)
+    eager = make(variant).train()
+    compiled_model = make(variant).train()
+    compiled_model.load_state_dict(eager.state_dict())
+    compiled = torch.compile(compiled_model, fullgraph=True)
+    for step in range(3):
+        idx, tgt = torch.randint(0, 61, (2, 2, 32), generator=torch.Generator().manual_seed(step))
+        torch.manual_seed(100 + step)
+        loss = compiled(idx, tgt)[1]
+        loss.backward()
+        torch.manual_seed(100 + step)
+        with monkeypatch.context() as m:
+            m.setattr(torch.compiler, 'is_compiling', lambda: True)  # the masks as compiled code draws them
+            ref = eager(idx, tgt)[1]
+        ref.backward()
+        torch.testing.assert_close(loss, ref, atol=1e-5, rtol=1e-5)
+        for (name, a), b in zip(compiled_model.named_parameters(), eager.parameters()):
+            torch.testing.assert_close(a.grad, b.grad, atol=1e-5, rtol=1e-4, msg=lambda m: f'{name}: {m}')
+            a.grad = b.grad = None
+
+
+def test_flex_model_compiles_to_one_graph(monkeypatch):
+    """The block mask is built inside the compiled graph, without the nested torch.compile that
+    create_block_mask uses on CUDA in eager code (dynamo cannot trace it: two graph breaks per
+    layer). CUDA is simulated for block_mask by recording what create_block_mask is asked for."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    m = model.Transformer(model.TransformerConfig(**SMALL, window=[8, 0], attn_backend='flex')).eval()
+    idx = torch.randint(0, 61, (2, 32))
+    # aot_eager: dynamo's graph as on CUDA, run by eager kernels (inductor's CPU flex template is
+    # narrower than the CUDA one: it takes no block mask made inside the graph); no backward on CPU
+    with torch.no_grad():
+        with torch._dynamo.config.patch(error_on_recompile=True):
+            out = torch.compile(m, fullgraph=True, backend='aot_eager')(idx, idx)[1]
+        torch.testing.assert_close(out, m(idx, idx)[1], atol=1e-5, rtol=1e-5)
+
+    asked, real_mask, real_tensor = [], model.create_block_mask, torch.tensor
+    monkeypatch.setattr(model, 'create_block_mask', lambda *args, device, _compile, **kw: (
+        asked.append(_compile), real_mask(*args, device='cpu', _compile=False, **kw))[1])
+    monkeypatch.setattr(torch, 'tensor', lambda data, device=None: real_tensor(data))  # no CUDA tensors here
+    cuda = torch.device('cuda')
+    model.block_mask.cache_clear()
+    model.block_mask(16, 16, 0, 0, cuda)  # eager: compiled by create_block_mask itself
+    torch.compile(lambda: model.block_mask(16, 16, 0, 0, cuda).kv_num_blocks, fullgraph=True, backend='eager')()
+    model.block_mask.cache_clear()
+    assert asked == [True, False]
+    torch._dynamo.reset()
