@@ -140,6 +140,9 @@ def apply_rope(x, cos, sin):
 # -----------------------------------------------------------------------------
 # attention
 
+SCORE_ENTRIES = 2 ** 25  # the most scores (or mask entries) attention() materialises at once
+
+
 def attention(q, k, v, q_start, k_start, slopes=None, window=0, dropout_p=0.0, backend='sdpa', alpha=1.0):
     """Causal attention of queries at absolute positions q_start.. over keys at k_start..,
     with the ALiBi bias -slopes[h] * (i - j) (slopes None: no bias) and, if window > 0, only
@@ -158,8 +161,8 @@ def attention(q, k, v, q_start, k_start, slopes=None, window=0, dropout_p=0.0, b
         return flex(q, k, v, q_start - k_start, slopes, window)
     if backend == 'sdpa' and slopes is None and not window and q_start == k_start and Tq == Tk:  # a flash kernel
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p, enable_gqa=gqa)
-    # explicit masks or scores: queries go in slices that bound them to ~2^25 entries
-    rows = max(1, 2 ** 25 // (q.size(1) * Tk))
+    # explicit masks or scores: queries go in slices that bound them to SCORE_ENTRIES, batch included
+    rows = max(1, SCORE_ENTRIES // (q.size(0) * q.size(1) * Tk))
     if Tq > rows:
         return torch.cat([attention(q[:, :, i:i + rows], k, v, q_start + i, k_start, slopes, window, dropout_p, backend, alpha)
                           for i in range(0, Tq, rows)], dim=2)
@@ -169,14 +172,24 @@ def attention(q, k, v, q_start, k_start, slopes=None, window=0, dropout_p=0.0, b
     if backend == 'manual':
         rep = q.size(1) // k.size(1)
         k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)  # (B, H, Tk, hd)
-        scores = (q @ k.transpose(-2, -1)).float() / math.sqrt(q.size(-1))  # (B, H, Tq, Tk)
+        with torch.autocast(q.device.type, enabled=False):  # scores in fp32: bf16 ones cost entmax 5x its error
+            scores = q.float() @ k.float().transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, Tq, Tk)
         if bias is not None:
             scores = scores + bias
         scores = scores.masked_fill(~allowed, float('-inf'))
         p = scores.softmax(-1) if alpha == 1.0 else Entmax.apply(scores, alpha)
         return F.dropout(p.to(v.dtype), dropout_p, training=dropout_p > 0) @ v
-    mask = allowed if bias is None else bias.masked_fill(~allowed, float('-inf')).to(q.dtype)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, enable_gqa=gqa)
+    if gqa:  # SDPA takes GQA with a mask only in its math kernel: give it whole heads
+        rep = q.size(1) // k.size(1)
+        k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)  # (B, H, Tk, hd)
+    if bias is None:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=dropout_p)
+    # the bias in float32, and so the attention: in bf16, m_h * distance would be off by up to 2^-9 of
+    # itself (0.03 at a distance of 100 with m_h = 1/16), and SDPA's kernels take a mask of q's dtype
+    mask = bias.masked_fill(~allowed, float('-inf'))  # (H, Tq, Tk)
+    with torch.autocast(q.device.type, enabled=False):  # autocast would cast the inputs back to bf16
+        y = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask, dropout_p=dropout_p)
+    return y.to(q.dtype)
 
 
 class Entmax(torch.autograd.Function):

@@ -29,6 +29,7 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import checkpoint
+import memory
 from configurator import configure
 from eval_loss import band_means, loss_curve
 from model import peak_flops
@@ -137,23 +138,6 @@ if device_type == 'cuda':
 def say(*args):
     if master:
         print(*args, flush=True)
-
-
-def memory_estimate(model):
-    """Memory per process by a rule of thumb, said before training: float32 weights, gradients
-    and AdamW's two moments (16 bytes a parameter, divided among FSDP processes); activations
-    (Korthikanti et al. 2022: about 34 bytes per token and unit of width in a layer, in bf16;
-    with activation checkpointing a block input per layer plus one block); the logits (bf16,
-    their float32 copy and its gradient: 10 bytes per token and vocabulary entry)."""
-    c, tokens = model.config, batch_size * block_size
-    states = 16 * model.num_params(False) / (world if fsdp else 1)
-    layer = 34 * tokens * c.n_embd * (1 if dtype == 'bfloat16' else 2)
-    acts = 2 * tokens * c.n_embd * c.n_layer + layer if activation_checkpointing else layer * c.n_layer
-    logits = 10 * tokens * c.vocab_size
-    gb = [x / 2 ** 30 for x in (states, acts, logits)]
-    return (f"memory per process (estimate): weights, gradients and AdamW {gb[0]:.1f} GB + activations {gb[1]:.1f} GB "
-            f"+ logits {gb[2]:.1f} GB = {sum(gb):.1f} GB (batch_size {batch_size} x {block_size}"
-            f"{', activation checkpointing' if activation_checkpointing else ''}{f', FSDP over {world}' if fsdp else ''})")
 
 
 # data, and the batch arithmetic
@@ -299,7 +283,12 @@ if fsdp:  # FSDP2: each block's weights, gradients and optimizer state sharded o
     for block in model.layers:
         fully_shard(block, mesh=mesh, mp_policy=mp)
     fully_shard(model, mesh=mesh, mp_policy=mp)
-say(memory_estimate(model))
+gb = {k: v / 2 ** 30 for k, v in memory.estimate(model, batch_size, block_size, dtype == 'bfloat16', activation_checkpointing,
+                                                   world if fsdp else 1, fsdp and grad_accum > 1).items()}
+say(f"memory per process (estimate): weights, gradients and AdamW {gb['states']:.1f} GB + activations "
+    f"{gb['activations']:.1f} GB + attention probabilities {gb['attention']:.1f} GB + logits {gb['logits']:.1f} GB "
+    f"= {sum(gb.values()):.1f} GB (batch_size {batch_size} x {block_size}"
+    f"{', activation checkpointing' if activation_checkpointing else ''}{f', FSDP over {world}' if fsdp else ''})")
 
 # AdamW: matrices decayed; norms, biases, embeddings (and parameters marked _no_weight_decay) not
 embeddings = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
@@ -322,12 +311,12 @@ if init_from == 'resume':
     del optim_state
 recent = collections.deque(ckpt_recent, maxlen=20)  # the last training losses, for the spike check
 
-raw_model = model
-if compile:
-    say("compiling the model...")
-    model = torch.compile(model)
+raw_model = ddp = model
 if distributed and not fsdp:
-    model = DDP(model, device_ids=[int(os.environ['LOCAL_RANK'])] if device_type == 'cuda' else None)
+    model = ddp = DDP(model, device_ids=[int(os.environ['LOCAL_RANK'])] if device_type == 'cuda' else None)
+if compile:  # after the DDP wrap: dynamo then splits the graph at DDP's buckets, so that their
+    say("compiling the model...")  # all-reduce overlaps the rest of the backward
+    model = torch.compile(model)
 
 
 def get_lr(it):
@@ -486,9 +475,9 @@ def forward_backward(it, backward=True):
         if backward and fsdp:  # reduce the gradients on the last micro-step only (set in a no-grad
             raw_model.set_requires_gradient_sync(micro == grad_accum - 1)  # forward, it aborts gloo at exit)
         elif backward and distributed:
-            model.require_backward_grad_sync = micro == grad_accum - 1
+            ddp.require_backward_grad_sync = micro == grad_accum - 1
         with autocast, torch.set_grad_enabled(backward):
-            _, loss = model(x, y)
+            loss = model(x, y)[1]  # the logits not kept: held through the backward, they are 3.3 GB at 16 x 2048
         if backward:
             (loss / grad_accum).backward()
         loss_sum += loss.detach().float()

@@ -69,6 +69,23 @@ def test_attention_exact_at_long_query_offsets(pe, window):
             assert (out.double() - ref).abs().max() < 2e-6, (offset, (out.double() - ref).abs().max())
 
 
+def test_alibi_bias_kept_exact_under_bf16_autocast():
+    """bf16 queries and keys, as autocast hands them on: the ALiBi bias must not be rounded to
+    bf16 (m_h * distance off by up to 2^-9 of itself). The output, rounded to bf16 once, is then
+    the float64 attention correctly rounded, but for ties (0.02% here; 5% with a bf16 bias)."""
+    torch.manual_seed(0)
+    T = 512
+    q, k, v = (torch.randn(1, 4, T, 16) * 1.5).bfloat16(), (torch.randn(1, 2, T, 16) * 1.5).bfloat16(), \
+        torch.randn(1, 2, T, 16).bfloat16()
+    slopes = alibi_slopes(4, 'alibi') / 8  # gentle slopes: keys at distances of hundreds count
+    dist = (torch.arange(T)[:, None] - torch.arange(T)).double()
+    scores = q.double() @ k.double().repeat_interleave(2, 1).transpose(-2, -1) / 4 - slopes.double()[:, None, None] * dist
+    ref = scores.masked_fill(dist < 0, float('-inf')).softmax(-1) @ v.double().repeat_interleave(2, 1)
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        out = attention(q, k, v, 0, 0, slopes, 0, backend='sdpa')
+    assert out.dtype == torch.bfloat16 and (out != ref.bfloat16()).double().mean() < 0.005
+
+
 def test_long_inputs_go_in_query_slices():
     """Past 2^25 mask entries the queries are sliced; the output is the same as one explicit mask."""
     torch.manual_seed(0)
