@@ -41,6 +41,12 @@ except ImportError:
 except Exception as e:
     print(f"warning: causal_conv1d is installed but does not import ({type(e).__name__}: {e}); using the PyTorch conv")
     causal_conv1d_fn = None
+# The kernels run outside any compiled graph (a graph break each, by design): dynamo fails on
+# mamba_ssm's Triton autograd functions upstream, and Inductor has nothing to fuse inside them.
+if mamba_chunk_scan_combined is not None:
+    mamba_chunk_scan_combined = torch.compiler.disable(mamba_chunk_scan_combined)
+if causal_conv1d_fn is not None:
+    causal_conv1d_fn = torch.compiler.disable(causal_conv1d_fn)
 
 
 @dataclass
@@ -75,6 +81,10 @@ class Mamba2Config:
         if self.use_kernels and mamba_chunk_scan_combined is not None and self.conv_channels % 8:
             raise ValueError(f"mamba_ssm's kernels need conv channels (d_inner + 2 * ngroups * d_state = "
                              f"{self.conv_channels}) to be a multiple of 8: change the sizes, or set use_kernels=False")
+        width = 2 * self.d_inner + 2 * self.ngroups * self.d_state + self.nheads  # in_proj's output: z, xBC, dt
+        if self.use_kernels and causal_conv1d_fn is not None and width % 8:  # xBC is read in place, channels last
+            raise ValueError(f"causal_conv1d needs the row stride of in_proj's output (2 * d_inner + 2 * ngroups * "
+                             f"d_state + nheads = {width}) to be a multiple of 8: change the sizes, or set use_kernels=False")
 
     @property
     def d_inner(self):

@@ -126,8 +126,11 @@ def test_initialisation_and_no_decay_marks():
     assert mixer.out_proj.weight.abs().max() <= 1 / (512 ** 0.5) / (2 ** 0.5)
 
 
-def test_paper_parameter_counts_on_meta():
-    """Mamba2-45M (Table 6, Copy) and Mamba2-85M (the Pile, with GPT-NeoX's vocabulary)."""
+def test_paper_parameter_counts_on_meta(monkeypatch):
+    """Mamba2-45M (Table 6, Copy) and Mamba2-85M (the Pile, with GPT-NeoX's vocabulary), sized
+    for the kernels (their checks pass as if mamba_ssm and causal_conv1d imported)."""
+    monkeypatch.setattr(mamba, 'mamba_chunk_scan_combined', lambda *a, **k: None)
+    monkeypatch.setattr(mamba, 'causal_conv1d_fn', lambda *a, **k: None)
     for name, expected_non_embedding in (('mamba2_45m_copy.py', 45.18e6), ('mamba2_85m.py', 45.18e6)):
         scope = {}
         exec(open(os.path.join(ROOT, 'configs', name)).read(), scope)
@@ -174,6 +177,11 @@ def test_config_errors(monkeypatch):
     with pytest.raises(ValueError, match='multiple of 8: change the sizes, or set use_kernels=False'):
         Mamba2Config(**bad)
     Mamba2Config(**bad, use_kernels=False)
+    # conv channels 64 + 2 * 2 * 8 = 96, a multiple of 8; in_proj's rows 2 * 64 + 32 + 4 heads = 164 are not
+    monkeypatch.setattr(mamba, 'causal_conv1d_fn', lambda *a, **k: None)  # as if causal_conv1d imported
+    with pytest.raises(ValueError, match=r"row stride of in_proj's output .* = 164\) to be a multiple of 8"):
+        Mamba2Config(**SMALL)
+    Mamba2Config(**SMALL, use_kernels=False)
 
 
 def test_a_broken_kernel_install_falls_back_to_the_pytorch_scan(tmp_path):
