@@ -400,6 +400,10 @@ def save_checkpoint(it):
     extra = {}
     if fsdp:  # the whole model gathered on the first process; the optimizer saved in shards by all
         state = get_model_state_dict(raw_model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        first = {}  # tied weights (wte, lm_head) come back gathered twice: keep one, as state_dict() does
+        for name, p in raw_model.named_parameters(remove_duplicate=False):
+            if name in state:
+                state[name] = state[first.setdefault(id(p), name)]
         tmp = checkpoint.step_path(out_dir, it, 'optim', OPTIM_EXT) + '.tmp'
         dcp.save({'optimizer': get_optimizer_state_dict(raw_model, optimizer)}, checkpoint_id=tmp)
         dist.barrier()

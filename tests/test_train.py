@@ -274,6 +274,8 @@ def test_two_processes_match_one(one_process, tiny_data, tmp_path, parallel):
     assert checkpoint.steps(str(tmp_path), 'optim', '.dcp' if parallel == 'fsdp' else '.pt') == [8]
     model, _, ckpt = checkpoint.load_model(checkpoint.step_path(str(tmp_path), 8))  # whole, with clean keys
     assert not any('_fsdp' in k or 'checkpoint' in k for k in ckpt['model'])
+    tied = [ckpt['model'][k].untyped_storage().data_ptr() for k in ('wte.weight', 'lm_head.weight')]
+    assert tied[0] == tied[1]  # stored once (FSDP's gathered state dict had two copies)
 
 
 def test_fsdp_resume(one_process, tiny_data, tmp_path):
