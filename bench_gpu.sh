@@ -1,5 +1,6 @@
 #!/bin/bash
-# The performance suite on one GPU, one command (about 10-15 minutes on an H100/H200):
+# The performance suite on one GPU, one command (about 10-15 minutes on an H100/H200), after
+# the self-check (python gpu_check.py: correctness first, then speed, PASS/FAIL per line):
 #   bash bench_gpu.sh 2>&1 | tee bench_gpu.log
 # The paper's from-scratch transformer (24 layers x 768, NAPE, context 2048) with every regularizer,
 # the same size as plain nanoGPT, Mamba2-85M at 1024, then prefill/decoding time and memory up to
