@@ -86,6 +86,21 @@ def test_alibi_bias_kept_exact_under_bf16_autocast():
     assert out.dtype == torch.bfloat16 and (out != ref.bfloat16()).double().mean() < 0.005
 
 
+def test_sdpa_gets_whole_heads_whenever_it_gets_a_mask(monkeypatch):
+    """SDPA runs grouped-query attention with a mask only in its math kernel (the full score
+    matrix): with a mask, attention() hands it k and v repeated to every query head."""
+    calls, sdpa = [], F.scaled_dot_product_attention
+
+    def recording(q, k, v, attn_mask=None, **kw):
+        calls.append((attn_mask is not None, q.size(1) == k.size(1), kw.get('enable_gqa', False)))
+        return sdpa(q, k, v, attn_mask=attn_mask, **kw)
+    monkeypatch.setattr(F, 'scaled_dot_product_attention', recording)
+    q, k, v = torch.randn(1, 4, 12, 8), torch.randn(1, 2, 12, 8), torch.randn(1, 2, 12, 8)
+    for slopes, window in ((alibi_slopes(4, 'nape'), 0), (None, 5), (None, 0)):
+        attention(q, k, v, 0, 0, slopes, window)
+    assert calls == [(True, True, False), (True, True, False), (False, False, True)]  # the last: flash, GQA in-kernel
+
+
 def test_long_inputs_go_in_query_slices():
     """Past 2^25 mask entries the queries are sliced; the output is the same as one explicit mask."""
     torch.manual_seed(0)
