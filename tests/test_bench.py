@@ -60,6 +60,7 @@ def test_nanogpt_yardstick_has_the_size_of_model_py_configured_as_nanogpt():
 @pytest.mark.parametrize('mode,rows', [('train', ['none', 'pre_norm', 'pre_linear', 'vpad', 'attn_dropout']),
                                        ('nanogpt', ['nanoGPT', 'model.py as nanoGPT', 'model.py, nape'])])
 def test_bench_script(mode, rows):
+    """A smoke test: each mode runs and prints its rows (the timing itself: test_timed_measures_each_function)."""
     r = subprocess.run([sys.executable, 'bench.py', f'--mode={mode}', '--n_layer=1', '--n_embd=32', '--n_head=2',
                         '--batch_size=2', '--block_size=16', '--steps=1', '--rounds=1', '--warmup=1'],
                        cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -68,6 +69,15 @@ def test_bench_script(mode, rows):
     for name in rows:
         line = next(l for l in lines if l.strip().startswith(name + ' ') or l.strip().split('  ')[0] == name)
         assert float(line.split()[-1]) > 0  # the ratio to the first row
+
+
+def test_timed_measures_each_function():
+    """bench.timed: the median time of each function over alternating rounds; a function that
+    takes three times as long is timed so (a timer that returned a constant would give 1)."""
+    import time
+    secs = bench.timed({'fast': lambda n: time.sleep(0.01 * n), 'slow': lambda n: time.sleep(0.03 * n)},
+                       steps=2, warmup=1, rounds=3)
+    assert 2 < secs['slow'] / secs['fast'] < 4 and 0.02 <= secs['fast'] < 0.05
 
 
 def test_context_mode_fails_when_a_measuring_process_does(tmp_path):

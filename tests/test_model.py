@@ -207,9 +207,9 @@ def test_each_placement_acts_only_at_its_sites(dropout_type):
     linear_calls = [c for n in linear_sites for c in sites[n]]
     norm_calls = [c for n in norm_sites for c in sites[n]]
     assert all(linear_calls) == (dropout_type in ('pre_linear', 'vpad'))
-    assert not any(linear_calls) == (dropout_type not in ('pre_linear', 'vpad'))
+    assert (not any(linear_calls)) == (dropout_type not in ('pre_linear', 'vpad'))
     assert all(norm_calls) == (dropout_type == 'pre_norm')
-    assert not any(norm_calls) == (dropout_type != 'pre_norm')
+    assert (not any(norm_calls)) == (dropout_type != 'pre_norm')
 
 
 def test_pre_linear_masks_are_independent_per_projection():
