@@ -78,7 +78,10 @@ CORE = ['wd', 'no_wd', 'pn_d', 'pl_d', 'vpad', 'vpad_b']
 LM = ['configs/quickstart.py', f'--data_dir={data_dir}', '--block_size=128', '--batch_size=32',
       '--tokens_per_batch=4096', '--max_tokens=2900000', '--eval_lengths=[]', '--eval_interval=100000',
       '--ckpt_interval=20']
-NEEDLE = ['configs/needle.py', '--eval_interval=100000', '--task_eval_samples=20', '--ckpt_interval=20']
+# the needle's training loss jumps by more than a nat when the lookup is learned or lost (7 of
+# the first 10 runs): that is the task, not a divergence, so train.py's spike check is off there
+NEEDLE = ['configs/needle.py', '--eval_interval=100000', '--task_eval_samples=20', '--ckpt_interval=20',
+          '--spike_threshold=0']
 SW = lambda layers, window: [f"--pos_encoding={['rope'] * (layers - 1) + ['nope']}",  # noqa: E731
                              f"--window={[window] * (layers - 1) + [0]}"]
 PARTS = {  # part -> (kind, train.py arguments, variants)
