@@ -247,7 +247,7 @@ if __name__ == '__main__':
         measure(models, f"{header}; no dropout")
 
     elif mode == 'hf_mamba':
-        from mamba import to_transformers
+        from checkpoint import to_transformers
         assert model_type == 'mamba2', "hf_mamba compares Mamba2 models: set --model_type=mamba2"
         ours = build(model_type, model_args[model_type], device)
         theirs = to_transformers(ours)

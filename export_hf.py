@@ -19,7 +19,6 @@ import torch
 
 import checkpoint
 from configurator import configure
-from model import save_pretrained
 
 ckpt = ''  # a checkpoint file
 out = ''  # the folder to write
@@ -34,11 +33,10 @@ if not os.path.isdir(source):
     print(f"note: no source folder ({source or 'none'}): the export has no tokenizer files; give --source=<weights folder>")
     source = None
 if info['model_type'] == 'mamba2':
-    from mamba import to_transformers
-    to_transformers(model).to(getattr(torch, dtype)).save_pretrained(out)
+    checkpoint.to_transformers(model).to(getattr(torch, dtype)).save_pretrained(out)
     for name in ('tokenizer.json', 'tokenizer_config.json', 'special_tokens_map.json'):
         if source and os.path.exists(os.path.join(source, name)):
             shutil.copy(os.path.join(source, name), out)
 else:
-    save_pretrained(model, out, source, dtype=getattr(torch, dtype))
+    checkpoint.save_smollm3(model, out, source, dtype=getattr(torch, dtype))
 print(f"wrote {out} (step {info['step']} of {ckpt})")

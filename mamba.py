@@ -13,12 +13,10 @@ paper's dropout placements inline:
 - A state (conv inputs and SSM state per layer) carries a sequence across calls: chunked
   prefill of long prompts, per-position losses, and constant-time-per-token generation.
 - Defaults and initialisation follow mamba_ssm's Mamba2 (d_state 128, headdim 64, expand 2,
-  d_conv 4, ngroups 1); weights of state-spaces/mamba2-* load from a local folder.
+  d_conv 4, ngroups 1); weights of state-spaces/mamba2-* load through checkpoint.py.
 """
 
-import json
 import math
-import os
 from dataclasses import dataclass
 
 import torch
@@ -326,53 +324,3 @@ class Mamba2(nn.Module):
         c = self.config
         scan = c.n_layer * c.nheads * (c.chunk_size * (c.d_state + c.headdim) + 2 * c.d_state * c.headdim)
         return 6 * (self.num_params() + c.vocab_size * c.n_embd) + 6 * scan
-
-
-# -----------------------------------------------------------------------------
-# released weights
-
-def load_pretrained(folder):
-    """A state-spaces/mamba2-* folder (mamba_ssm's config.json and pytorch_model.bin), or a
-    transformers Mamba2 folder (config.json, model.safetensors) -> (Mamba2Config args, state dict)."""
-    with open(os.path.join(folder, 'config.json')) as f:
-        cfg = json.load(f)
-    if 'd_model' in cfg:  # mamba_ssm
-        ssm = cfg.get('ssm_cfg', {})
-        if ssm.get('layer', 'Mamba2') != 'Mamba2' or cfg.get('d_intermediate', 0) or cfg.get('attn_layer_idx'):
-            raise ValueError(f"{folder} is not a pure Mamba2 model (ssm_cfg {ssm}); only those load")
-        multiple = cfg.get('pad_vocab_size_multiple', 16)
-        args = dict(vocab_size=-(-cfg['vocab_size'] // multiple) * multiple, n_layer=cfg['n_layer'], n_embd=cfg['d_model'],
-                    d_state=ssm.get('d_state', 128), d_conv=ssm.get('d_conv', 4), expand=ssm.get('expand', 2),
-                    headdim=ssm.get('headdim', 64), ngroups=ssm.get('ngroups', 1), chunk_size=ssm.get('chunk_size', 256),
-                    tie_embeddings=cfg.get('tie_embeddings', True))
-    else:  # transformers' Mamba2Config
-        args = dict(vocab_size=cfg['vocab_size'], n_layer=cfg['num_hidden_layers'], n_embd=cfg['hidden_size'],
-                    d_state=cfg['state_size'], d_conv=cfg['conv_kernel'], expand=cfg['expand'], headdim=cfg['head_dim'],
-                    ngroups=cfg['n_groups'], chunk_size=cfg['chunk_size'], norm_eps=cfg['layer_norm_epsilon'],
-                    bias=cfg['use_bias'], conv_bias=cfg['use_conv_bias'], tie_embeddings=cfg['tie_word_embeddings'])
-    path = os.path.join(folder, 'model.safetensors')
-    if os.path.exists(path):
-        from safetensors.torch import load_file
-        raw = load_file(path)
-    else:
-        raw = torch.load(os.path.join(folder, 'pytorch_model.bin'), map_location='cpu', weights_only=True)
-    state = {k.removeprefix('backbone.').replace('embeddings.', 'embedding.'): v for k, v in raw.items()}
-    if args['tie_embeddings']:  # the head may be missing from the file, or a copy of the embedding
-        state['lm_head.weight'] = state['embedding.weight']
-    return args, state
-
-
-def to_transformers(model):
-    """The same model as transformers' Mamba2ForCausalLM (for lm-eval, and the tests' reference)."""
-    import transformers
-    c = model.config
-    hf = transformers.Mamba2ForCausalLM(transformers.Mamba2Config(
-        vocab_size=c.vocab_size, hidden_size=c.n_embd, num_hidden_layers=c.n_layer, state_size=c.d_state, expand=c.expand,
-        head_dim=c.headdim, num_heads=c.nheads, n_groups=c.ngroups, conv_kernel=c.d_conv, chunk_size=c.chunk_size,
-        use_bias=c.bias, use_conv_bias=c.conv_bias, layer_norm_epsilon=c.norm_eps, tie_word_embeddings=c.tie_embeddings,
-        time_step_limit=(0.0, float('inf'))))
-    state = {('' if k.startswith('lm_head') else 'backbone.') + k.replace('embedding.', 'embeddings.'): v
-             for k, v in model.state_dict().items()}
-    hf.load_state_dict(state)
-    return hf.to(next(model.parameters()).device)
-

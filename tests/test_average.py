@@ -14,7 +14,8 @@ import average_ckpts
 import checkpoint
 from conftest import ROOT
 from mamba import Mamba2, Mamba2Config
-from model import Transformer, TransformerConfig, save_pretrained
+from checkpoint import save_smollm3
+from model import Transformer, TransformerConfig
 
 TINY = dict(n_layer=2, n_head=2, n_embd=16, vocab_size=260, block_size=32, pos_encoding='nape')
 
@@ -102,7 +103,7 @@ def test_sharded_weights_folders_in_and_out(tmp_path):
     for i in range(3):
         torch.manual_seed(i)
         models.append(Transformer(TransformerConfig(**cfg)))
-        save_pretrained(models[-1], str(tmp_path / f'hf{i}'), shard_bytes=4000, dtype=torch.bfloat16)
+        save_smollm3(models[-1], str(tmp_path / f'hf{i}'), shard_bytes=4000, dtype=torch.bfloat16)
     shards = sorted(f for f in os.listdir(tmp_path / 'hf2') if f.endswith('.safetensors'))
     assert len(shards) > 2
     r = run(f"--ckpts={[str(tmp_path / f'hf{i}') for i in range(3)]}", f'--out={tmp_path}/avg')

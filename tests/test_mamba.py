@@ -10,7 +10,8 @@ import torch.nn.functional as F
 
 import mamba
 from conftest import ROOT
-from mamba import Mamba2, Mamba2Config, load_pretrained, ssd, to_transformers
+from checkpoint import load_mamba2, to_transformers
+from mamba import Mamba2, Mamba2Config, ssd
 
 SMALL = dict(vocab_size=53, n_layer=2, n_embd=32, d_state=8, headdim=16, ngroups=2, chunk_size=16)
 
@@ -158,7 +159,7 @@ def test_load_released_weights_from_a_folder(tmp_path, layout):
         save_file({'backbone.' + k.replace('embedding.', 'embeddings.'): v.contiguous()
                    for k, v in m.state_dict().items() if k != 'lm_head.weight'}, str(tmp_path / 'model.safetensors'))
     (tmp_path / 'config.json').write_text(json.dumps(cfg))
-    args, state = load_pretrained(str(tmp_path))
+    args, state = load_mamba2(str(tmp_path))
     assert args['vocab_size'] == 64  # 50 padded to a multiple of 16, as mamba_ssm does
     loaded = Mamba2(Mamba2Config(**args)).eval()
     loaded.load_state_dict(state)

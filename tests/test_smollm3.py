@@ -10,7 +10,8 @@ import pytest
 import torch
 
 import checkpoint
-from model import Transformer, TransformerConfig, save_pretrained, smollm3_args
+from checkpoint import save_smollm3, smollm3_args
+from model import Transformer, TransformerConfig
 
 transformers = pytest.importorskip('transformers')
 TINY = dict(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
@@ -68,7 +69,7 @@ def test_export_round_trip(tmp_path):
     hf_folder(str(tmp_path / 'hf'), layer_types=['sliding_attention'] * 3 + ['full_attention'], sliding_window=8,
               use_sliding_window=True)
     ours, _, _ = checkpoint.load_model(str(tmp_path / 'hf'))
-    save_pretrained(ours, str(tmp_path / 'out'), source_dir=str(tmp_path / 'hf'), shard_bytes=30_000, dtype=torch.float32)
+    save_smollm3(ours, str(tmp_path / 'out'), source_dir=str(tmp_path / 'hf'), shard_bytes=30_000, dtype=torch.float32)
     back, tok, _ = checkpoint.load_model(str(tmp_path / 'out'))
     a, b = ours.state_dict(), back.state_dict()
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)  # exact
@@ -116,7 +117,7 @@ def test_errors(tmp_path):
     with pytest.raises(ValueError, match="more than the model's vocabulary of 300: not the model's own tokenizer"):
         checkpoint.load_model(str(big))
     with pytest.raises(ValueError, match="SmolLM3's layout needs SwiGLU"):
-        save_pretrained(Transformer(TransformerConfig(n_layer=1, n_head=2, n_embd=16, vocab_size=32)), str(tmp_path / 'x'))
+        save_smollm3(Transformer(TransformerConfig(n_layer=1, n_head=2, n_embd=16, vocab_size=32)), str(tmp_path / 'x'))
 
 
 def cpt_setup(tmp_path):
