@@ -143,41 +143,60 @@ def attention(q, k, v, q_start, k_start, slopes=None, window=0, dropout_p=0.0, b
     """Causal attention of queries at absolute positions q_start.. over keys at k_start..,
     with the ALiBi bias -slopes[h] * (i - j) (slopes None: no bias) and, if window > 0, only
     the last `window` keys (the query's own included); normalised by softmax (alpha = 1) or
-    alpha-entmax. backend: 'sdpa', 'flex' (CUDA, softmax) or 'manual' (the scores written out).
+    alpha-entmax; dropout_p on the probabilities. backend: attn_backend of the config.
     q (B, H, Tq, hd), k and v (B, Hkv, Tk, hd) -> (B, H, Tq, hd)"""
-    Tq, Tk = q.size(2), k.size(2)
-    gqa = q.size(1) != k.size(1)
-    if alpha != 1.0:
-        if adasplash is not None and q.is_cuda and alpha == 1.5 and slopes is None and not window \
-                and q_start == k_start and Tq == Tk and dropout_p == 0:  # AdaSplash's fused entmax kernel
-            rep = q.size(1) // k.size(1)
-            return adasplash(q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1), alpha=1.5, is_causal=True)
-        backend = 'manual'
-    if backend == 'flex':
+    kernel = attention_kernel(backend, q, k, q_start, k_start, slopes, window, dropout_p, alpha)
+    if kernel == 'adasplash':
+        return adasplash(q, *repeat_kv(q, k, v), alpha=1.5, is_causal=True)
+    if kernel == 'flex':
         return flex(q, k, v, q_start - k_start, slopes, window)
-    if backend == 'sdpa' and slopes is None and not window and q_start == k_start and Tq == Tk:  # a flash kernel
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p, enable_gqa=gqa)
-    # explicit masks or scores: queries go in slices that bound them to SCORE_ENTRIES, batch included
-    rows = max(1, SCORE_ENTRIES // (q.size(0) * q.size(1) * Tk))
-    if Tq > rows:
-        return torch.cat([attention(q[:, :, i:i + rows], k, v, q_start + i, k_start, slopes, window, dropout_p, backend, alpha)
-                          for i in range(0, Tq, rows)], dim=2)
-    dist = torch.arange(q_start, q_start + Tq, device=q.device)[:, None] - torch.arange(k_start, k_start + Tk, device=q.device)
-    allowed = (dist >= 0) & (dist < window) if window else dist >= 0  # (Tq, Tk)
-    bias = None if slopes is None else -slopes[:, None, None] * dist  # (H, Tq, Tk)
+    if kernel == 'flash':
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p, enable_gqa=q.size(1) != k.size(1))
+    # an explicit mask, or the scores written out: queries go in slices that bound the scores (or
+    # mask entries) to SCORE_ENTRIES, the batch included, so that a long input never holds T x T
+    k, v = repeat_kv(q, k, v)  # SDPA takes GQA with a mask only in its math kernel: whole heads
+    rows = max(1, SCORE_ENTRIES // (q.size(0) * q.size(1) * k.size(2)))
+    slices = range(0, q.size(2), rows)
+    if kernel == 'manual':
+        return torch.cat([written_out(q[:, :, i:i + rows], k, v, q_start + i, k_start, slopes, window, dropout_p, alpha)
+                          for i in slices], dim=2)
+    return torch.cat([masked_sdpa(q[:, :, i:i + rows], k, v, q_start + i, k_start, slopes, window, dropout_p)
+                      for i in slices], dim=2)
+
+
+def attention_kernel(backend, q, k, q_start, k_start, slopes, window, dropout_p, alpha):
+    """The one place that chooses how attention() computes: 'adasplash' (fused entmax-1.5, CUDA),
+    'flex' (FlexAttention), 'flash' (SDPA's causal kernels), 'sdpa' (SDPA with an explicit mask)
+    or 'manual' (the scores written out; entmax always, where AdaSplash does not apply)."""
+    plain = slopes is None and not window and q_start == k_start and q.size(2) == k.size(2)  # causal and nothing else
+    if alpha != 1.0:  # AdaSplash's kernels take neither a bias nor a window
+        fused = adasplash is not None and q.is_cuda and alpha == 1.5 and plain and dropout_p == 0
+        return 'adasplash' if fused else 'manual'
+    # auto: flex fuses ALiBi and windows on CUDA (it has no attention dropout; the config refuses flex with it)
+    auto_flex = q.is_cuda and not (slopes is None and not window) and dropout_p == 0 and flex_attention is not None
+    if backend == 'flex' or (backend == 'auto' and auto_flex):
+        return 'flex'
     if backend == 'manual':
-        rep = q.size(1) // k.size(1)
-        k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)  # (B, H, Tk, hd)
-        with torch.autocast(q.device.type, enabled=False):  # scores in fp32: bf16 ones cost entmax 5x its error
-            scores = q.float() @ k.float().transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, Tq, Tk)
-        if bias is not None:
-            scores = scores + bias
-        scores = scores.masked_fill(~allowed, float('-inf'))
-        p = scores.softmax(-1) if alpha == 1.0 else Entmax.apply(scores, alpha)
-        return F.dropout(p.to(v.dtype), dropout_p, training=dropout_p > 0) @ v
-    if gqa:  # SDPA takes GQA with a mask only in its math kernel: give it whole heads
-        rep = q.size(1) // k.size(1)
-        k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)  # (B, H, Tk, hd)
+        return 'manual'
+    return 'flash' if plain else 'sdpa'
+
+
+def repeat_kv(q, k, v):
+    """Grouped-query k, v (B, Hkv, Tk, hd) repeated to q's heads: (B, H, Tk, hd) each."""
+    rep = q.size(1) // k.size(1)
+    return (k, v) if rep == 1 else (k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1))
+
+
+def mask_and_bias(q_start, Tq, k_start, Tk, slopes, window, device):
+    """The keys each query may see (Tq, Tk), and the ALiBi bias -m_h * distance (H, Tq, Tk) or None."""
+    dist = torch.arange(q_start, q_start + Tq, device=device)[:, None] - torch.arange(k_start, k_start + Tk, device=device)
+    allowed = (dist >= 0) & (dist < window) if window else dist >= 0
+    return allowed, None if slopes is None else -slopes[:, None, None] * dist
+
+
+def masked_sdpa(q, k, v, q_start, k_start, slopes, window, dropout_p):
+    """SDPA with an explicit mask (and bias) for queries at q_start.. over keys at k_start.."""
+    allowed, bias = mask_and_bias(q_start, q.size(2), k_start, k.size(2), slopes, window, q.device)
     if bias is None:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=dropout_p)
     # the bias in float32, and so the attention: in bf16, m_h * distance would be off by up to 2^-9 of
@@ -186,6 +205,18 @@ def attention(q, k, v, q_start, k_start, slopes=None, window=0, dropout_p=0.0, b
     with torch.autocast(q.device.type, enabled=False):  # autocast would cast the inputs back to bf16
         y = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask, dropout_p=dropout_p)
     return y.to(q.dtype)
+
+
+def written_out(q, k, v, q_start, k_start, slopes, window, dropout_p, alpha):
+    """The scores in float32, masked, normalised by softmax or entmax, dropped, times v."""
+    allowed, bias = mask_and_bias(q_start, q.size(2), k_start, k.size(2), slopes, window, q.device)
+    with torch.autocast(q.device.type, enabled=False):  # scores in fp32: bf16 ones cost entmax 5x its error
+        scores = q.float() @ k.float().transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, Tq, Tk)
+    if bias is not None:
+        scores = scores + bias
+    scores = scores.masked_fill(~allowed, float('-inf'))
+    p = scores.softmax(-1) if alpha == 1.0 else Entmax.apply(scores, alpha)
+    return F.dropout(p.to(v.dtype), dropout_p, training=dropout_p > 0) @ v  # attention dropout, on the probabilities
 
 
 class Entmax(torch.autograd.Function):
@@ -356,7 +387,7 @@ class Attention(nn.Module):
         if cache is not None:
             k, v, k_start = cache.update(self.layer_idx, k, v, self.window)
         dropout_p = self.attn_dropout if self.training else 0.0
-        y = attention(q, k, v, q_start, k_start, self.slopes, self.window, dropout_p, self._backend(q, dropout_p), self.alpha)
+        y = attention(q, k, v, q_start, k_start, self.slopes, self.window, dropout_p, self.backend, self.alpha)
         y = y.transpose(1, 2).reshape(B, T, self.n_head * self.head_dim)  # (B, T, H*hd)
         return self.o_proj(y)
 
@@ -374,13 +405,6 @@ class Attention(nn.Module):
         else:
             s = (self.scale_beta * log_t)[None]
         return s.transpose(1, 2)[..., None]
-
-    def _backend(self, q, dropout_p):
-        if self.backend != 'auto':
-            return self.backend
-        # flex fuses ALiBi and windows on CUDA; it has no attention dropout
-        needs_mask = self.slopes is not None or self.window
-        return 'flex' if q.is_cuda and needs_mask and dropout_p == 0 and flex_attention is not None else 'sdpa'
 
 
 class MLP(nn.Module):
