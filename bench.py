@@ -10,7 +10,7 @@ process, so that a machine's drift (~30% on shared CPUs) hits them alike; the re
 
 A training config can be given: its model keys are used, its training-only keys ignored. On
 CUDA the train modes also report MFU (FLOPs from the model's flops_per_token, the peak from
-model.PEAK_FLOPS), peak memory per variant and, compiled, the kernels Inductor generated for
+hardware.PEAK_FLOPS), peak memory per variant and, compiled, the kernels Inductor generated for
 each variant (a dropout that fuses into the surrounding kernels adds none).
 """
 
@@ -28,7 +28,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import checkpoint
-from model import peak_flops
+from hardware import peak_flops
 
 
 def build(model_type, args, device, seed=1337):

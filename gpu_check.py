@@ -14,7 +14,7 @@ gradients), with its graph and recompile counts; the mamba_ssm kernels against t
 (logits, gradients, chunked prefill); 20 bf16 training steps against fp32.
 Speed: tokens/s, MFU and peak memory of the paper's 24L/768 NAPE model at 2048 for every
 regularizer (the goal: PL-D and VPAD within 1.05x of none, compiled), the same size as nanoGPT,
-Mamba2-85M at 1024, the ASEntmax config at its micro-batch (peak against memory.py), and
+Mamba2-85M at 1024, the ASEntmax config at its micro-batch (peak against hardware.py's estimate), and
 prefill/decoding memory to 64K.
 """
 
@@ -30,7 +30,7 @@ import torch._dynamo.utils
 import bench
 import checkpoint
 import mamba
-import memory
+import hardware
 import model as model_py
 from configurator import configure
 
@@ -237,7 +237,7 @@ def speed(models, vocab, T, B, steps=10, rounds=3):
             run(1)
             peaks[name] = torch.cuda.max_memory_allocated() / 2 ** 30
     secs = bench.timed(runs, steps, 1, rounds)
-    _, peak = model_py.peak_flops(device)
+    _, peak = hardware.peak_flops(device)
     figures = {}
     for name, m in models.items():
         tps = steps * B * T / secs[name]
@@ -278,10 +278,10 @@ def _():
 def _():
     kind, args, T, B = ASENTMAX
     m = build(kind, args)
-    est = sum(memory.estimate(m, B, T, bf16=device == 'cuda').values()) / 2 ** 30
+    est = sum(hardware.memory_estimate(m, B, T, bf16=device == 'cuda').values()) / 2 ** 30
     _, fig, peak = speed({'ASEntmax': m}, args['vocab_size'], T, B, steps=3, rounds=1)['ASEntmax']
     ok = peak is not None and peak < 80 and abs(peak - est) < 0.25 * peak
-    return goal(ok), f"batch {B} x {T}: {fig}; memory.py estimated {est:.3g} GB"
+    return goal(ok), f"batch {B} x {T}: {fig}; hardware.py's memory estimate: {est:.3g} GB"
 
 
 @check('prefill and decoding to 64K')

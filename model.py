@@ -531,21 +531,3 @@ class Transformer(nn.Module):
         c = self.config
         attn = sum(12 * c.n_head * self.head_dim * (min(T, w) if w else T) for w in c.layer_windows())
         return 6 * (self.num_params() + c.vocab_size * c.n_embd) + attn
-
-
-# dense bf16 peak FLOP/s of a GPU (vendor data sheets, without sparsity), for MFU, by the exact name
-# torch.cuda.get_device_name reports: an H100 PCIe (756 TF) or NVL (835 TF) must not pass for the
-# SXM part (989 TF), nor an A10G for an A10. A GPU not named here gets no MFU.
-PEAK_FLOPS = {'NVIDIA A100-SXM4-80GB': 312e12, 'NVIDIA A100-SXM4-40GB': 312e12, 'NVIDIA A100 80GB PCIe': 312e12,
-              'NVIDIA A100-PCIE-40GB': 312e12, 'NVIDIA H100 80GB HBM3': 989e12, 'NVIDIA H100': 989e12,
-              'NVIDIA H100 PCIe': 756e12, 'NVIDIA H100 NVL': 835e12, 'NVIDIA H200': 989e12, 'NVIDIA H200 NVL': 835e12,
-              'NVIDIA B200': 2250e12, 'NVIDIA L40S': 362e12, 'NVIDIA A10': 125e12, 'NVIDIA L4': 121e12,
-              'NVIDIA GeForce RTX 4090': 165e12}
-
-
-def peak_flops(device):
-    """(name, bf16 peak) of a CUDA device from PEAK_FLOPS; the peak is None on CPU or for a GPU not in the table."""
-    if not str(device).startswith('cuda'):
-        return str(device), None
-    name = torch.cuda.get_device_name(torch.device(device))
-    return name, PEAK_FLOPS.get(name)

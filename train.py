@@ -29,10 +29,9 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import checkpoint
-import memory
+import hardware
 from configurator import configure
 from eval_loss import band_means, loss_curve
-from model import peak_flops
 from tasks import Copy, Needle, correct_answers
 from tokens import TokenData, batch_rng, same_tokenizer
 
@@ -283,7 +282,7 @@ if fsdp:  # FSDP2: each block's weights, gradients and optimizer state sharded o
     for block in model.layers:
         fully_shard(block, mesh=mesh, mp_policy=mp)
     fully_shard(model, mesh=mesh, mp_policy=mp)
-gb = {k: v / 2 ** 30 for k, v in memory.estimate(model, batch_size, block_size, dtype == 'bfloat16', activation_checkpointing,
+gb = {k: v / 2 ** 30 for k, v in hardware.memory_estimate(model, batch_size, block_size, dtype == 'bfloat16', activation_checkpointing,
                                                    world if fsdp else 1, fsdp and grad_accum > 1).items()}
 say(f"memory per process (estimate): weights, gradients and AdamW {gb['states']:.1f} GB + activations "
     f"{gb['activations']:.1f} GB + attention probabilities {gb['attention']:.1f} GB + logits {gb['logits']:.1f} GB "
@@ -461,10 +460,10 @@ def print_eval(it, r):
 
 say("config:\n" + "\n".join(f"  {k} = {v!r}" for k, v in config.items()))
 log({'event': 'start', 'iter': start_iter, 'config': config})
-gpu, peak = peak_flops(device)  # for MFU; None off CUDA
+gpu, peak = hardware.peak_flops(device)  # for MFU; None off CUDA
 if device_type == 'cuda':
     say(f"MFU against {gpu}'s bf16 peak of {peak / 1e12:.0f} TFLOP/s" if peak else
-        f"no MFU: {gpu!r} is not in model.PEAK_FLOPS (add its dense bf16 peak there)")
+        f"no MFU: {gpu!r} is not in hardware.PEAK_FLOPS (add its dense bf16 peak there)")
 flops_per_iter = raw_model.flops_per_token(block_size) * tokens_per_batch
 def forward_backward(it, backward=True):
     """The training loss of iteration it (the mean over micro-steps and processes), and with

@@ -7,5 +7,5 @@ attn_alpha = 1.5
 attn_scale = 'adaptive'
 # entmax materialises its probabilities (no fused kernel takes NAPE's bias): at 16 x 2048 they
 # alone are 116 GB per GPU (float32 for entmax's backward, bf16 for p @ v). 4 sequences per
-# micro-step (8 micro-steps on 8 GPUs) keep the step the same and fit 80 GB: ~40 GB (memory.py)
+# micro-step (8 micro-steps on 8 GPUs) keep the step the same and fit 80 GB: ~40 GB (hardware.py)
 batch_size = 4

@@ -1,4 +1,4 @@
-"""FLOP counting against hand counts, the GPU peak table, and bench.py's modes on a tiny model."""
+"""FLOP counting against hand counts, the GPU peak table (hardware.py), and bench.py's modes on a tiny model."""
 
 import subprocess
 import sys
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import bench
-import model as model_py
+import hardware
 from conftest import ROOT
 from mamba import Mamba2, Mamba2Config
 from model import Transformer, TransformerConfig
@@ -41,9 +41,9 @@ def test_mamba2_flops_by_hand():
                                        ('NVIDIA H200 NVL', 835e12), ('NVIDIA A10G', None), ('Some Future GPU', None)])
 def test_peak_flops(monkeypatch, name, peak):
     """By the exact name: a PCIe or NVL card is not the SXM part, an A10G not an A10."""
-    assert model_py.peak_flops('cpu') == ('cpu', None)
+    assert hardware.peak_flops('cpu') == ('cpu', None)
     monkeypatch.setattr(torch.cuda, 'get_device_name', lambda d=None: name)
-    assert model_py.peak_flops('cuda:0') == (name, peak)
+    assert hardware.peak_flops('cuda:0') == (name, peak)
 
 
 def test_nanogpt_yardstick_has_the_size_of_model_py_configured_as_nanogpt():

@@ -1,11 +1,14 @@
 """
-What a training step holds in memory per process, by a rule of thumb: train.py prints it before
-training, so that a config that cannot fit says so at once. tests/test_memory.py checks the
-activation terms against the tensors a CPU step saves for its backward.
+What a training step asks of the machine: the memory it holds per process, by a rule of thumb
+(train.py prints it before training, so that a config that cannot fit says so at once;
+tests/test_hardware.py checks it against the tensors a CPU step saves for its backward), and
+the GPU's peak FLOP/s, for MFU (train.py, bench.py, gpu_check.py).
 """
 
+import torch
 
-def estimate(model, batch_size, block_size, bf16, checkpointing=False, fsdp_world=1, no_sync=False):
+
+def memory_estimate(model, batch_size, block_size, bf16, checkpointing=False, fsdp_world=1, no_sync=False):
     """-> bytes by part: 'states' (float32 weights, gradients and AdamW's two moments, 16 bytes a
     parameter, sharded by FSDP; plus the unsharded float32 gradients FSDP keeps across no-sync
     micro-steps), 'activations' (Korthikanti et al. 2022: about 34 bytes per token and unit of
@@ -26,3 +29,21 @@ def estimate(model, batch_size, block_size, bf16, checkpointing=False, fsdp_worl
     else:
         acts, attention = layer * c.n_layer, probs * c.n_layer
     return {'states': states, 'activations': acts, 'attention': attention, 'logits': 10 * tokens * c.vocab_size}
+
+
+# dense bf16 peak FLOP/s of a GPU (vendor data sheets, without sparsity), for MFU, by the exact name
+# torch.cuda.get_device_name reports: an H100 PCIe (756 TF) or NVL (835 TF) must not pass for the
+# SXM part (989 TF), nor an A10G for an A10. A GPU not named here gets no MFU.
+PEAK_FLOPS = {'NVIDIA A100-SXM4-80GB': 312e12, 'NVIDIA A100-SXM4-40GB': 312e12, 'NVIDIA A100 80GB PCIe': 312e12,
+              'NVIDIA A100-PCIE-40GB': 312e12, 'NVIDIA H100 80GB HBM3': 989e12, 'NVIDIA H100': 989e12,
+              'NVIDIA H100 PCIe': 756e12, 'NVIDIA H100 NVL': 835e12, 'NVIDIA H200': 989e12, 'NVIDIA H200 NVL': 835e12,
+              'NVIDIA B200': 2250e12, 'NVIDIA L40S': 362e12, 'NVIDIA A10': 125e12, 'NVIDIA L4': 121e12,
+              'NVIDIA GeForce RTX 4090': 165e12}
+
+
+def peak_flops(device):
+    """(name, bf16 peak) of a CUDA device from PEAK_FLOPS; the peak is None on CPU or for a GPU not in the table."""
+    if not str(device).startswith('cuda'):
+        return str(device), None
+    name = torch.cuda.get_device_name(torch.device(device))
+    return name, PEAK_FLOPS.get(name)

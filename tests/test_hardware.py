@@ -1,11 +1,11 @@
-"""memory.py's estimate against what a training step saves for its backward, measured on CPU."""
+"""hardware.py's memory estimate against what a training step saves for its backward, measured on CPU."""
 
 import os
 
 import pytest
 import torch
 
-import memory
+import hardware
 from conftest import ROOT
 from model import Transformer, TransformerConfig
 
@@ -33,7 +33,7 @@ def test_asentmax_estimate_within_a_quarter_of_the_saved_tensors(B, T, bf16):
     probabilities too, so the softmax models are not compared here: on CUDA their fused kernels keep none)."""
     torch.manual_seed(0)
     m = Transformer(TransformerConfig(vocab_size=61, n_layer=2, n_head=4, n_embd=32, attn_alpha=1.5, attn_scale='adaptive'))
-    est = memory.estimate(m, B, T, bf16)
+    est = hardware.memory_estimate(m, B, T, bf16)
     measured = saved_bytes(m.train(), B, T, bf16)
     assert abs(est['activations'] + est['attention'] + est['logits'] - measured) < 0.25 * measured
     assert est['attention'] > 0.5 * measured
@@ -50,5 +50,5 @@ def test_asentmax_paper_configs_fit_80_gb(variant):
         m = Transformer(TransformerConfig(**args, vocab_size=50304))
     per_micro = scope['batch_size'] * scope['block_size'] * 8  # 8 GPUs
     assert scope['tokens_per_batch'] % per_micro == 0  # the step's tokens unchanged, in more micro-steps
-    total = sum(memory.estimate(m, scope['batch_size'], scope['block_size'], bf16=True).values())
-    assert total < 80e9 and memory.estimate(m, 16, 2048, bf16=True)['attention'] > 100e9
+    total = sum(hardware.memory_estimate(m, scope['batch_size'], scope['block_size'], bf16=True).values())
+    assert total < 80e9 and hardware.memory_estimate(m, 16, 2048, bf16=True)['attention'] > 100e9
