@@ -195,24 +195,34 @@ class Mixer(nn.Module):
         x = x.unflatten(-1, (self.nheads, c.headdim))  # (B, L, H, P)
         Bm, Cm = Bm.unflatten(-1, (c.ngroups, c.d_state)), Cm.unflatten(-1, (c.ngroups, c.d_state))  # (B, L, G, N)
         A = -torch.exp(self.A_log.float())  # (H,)
-        step = L == 1 and ssm_state is not None  # one token after a prefill: the plain recurrence
-        if self._kernels(u) and not step:
+        if L == 1 and ssm_state is not None:  # one token after a prefill: the recurrence
+            y, ssm_state = self.step(x, dt, A, Bm, Cm, ssm_state)
+        elif self._kernels(u):
             y, ssm_state = mamba_chunk_scan_combined(x, dt, A, Bm, Cm, c.chunk_size, D=self.D, dt_bias=self.dt_bias,
                                                      dt_softplus=True, initial_states=ssm_state, return_final_states=True)
-        else:  # in float32, whatever the autocast: exponentials of long cumulative sums
-            dt = F.softplus(dt.float() + self.dt_bias.float())  # (B, L, H)
-            xf = x.float()
-            if step:  # h = exp(dt A) h + dt x B^T, y = h C: constant time per token
-                Bh = Bm[:, 0].float().repeat_interleave(self.nheads // c.ngroups, dim=1)  # (B, H, N)
-                Ch = Cm[:, 0].float().repeat_interleave(self.nheads // c.ngroups, dim=1)
-                ssm_state = ssm_state.float() * torch.exp(dt[:, 0] * A)[..., None, None] \
-                    + (dt[:, 0, :, None] * xf[:, 0])[..., None] * Bh[:, :, None, :]  # (B, H, P, N)
-                y = (ssm_state @ Ch[..., None])[..., 0].unsqueeze(1)  # (B, 1, H, P)
-            else:
-                y, ssm_state = ssd(xf * dt[..., None], dt * A, Bm.float(), Cm.float(), c.chunk_size, ssm_state)
-            y = (y + xf * self.D.float()[:, None]).to(x.dtype)
+        else:
+            y, ssm_state = self.scan(x, dt, A, Bm, Cm, ssm_state)
         y = self.norm(y.flatten(-2), z)  # (B, L, d_inner)
         return self.out_proj(y), (conv_state, ssm_state)
+
+    def scan(self, x, dt, A, Bm, Cm, ssm_state):
+        """The SSD scan over a sequence, from ssm_state (or zeros), with the D skip; in float32
+        whatever the autocast (exponentials of long cumulative sums). -> y (B, L, H, P), final state"""
+        dt = F.softplus(dt.float() + self.dt_bias.float())  # (B, L, H)
+        xf = x.float()
+        y, ssm_state = ssd(xf * dt[..., None], dt * A, Bm.float(), Cm.float(), self.config.chunk_size, ssm_state)
+        return (y + xf * self.D.float()[:, None]).to(x.dtype), ssm_state
+
+    def step(self, x, dt, A, Bm, Cm, ssm_state):
+        """One token, constant time: h = exp(dt A) h + dt x B^T, y = h C + D x (float32).
+        x (B, 1, H, P), Bm and Cm (B, 1, G, N), ssm_state (B, H, P, N) -> y (B, 1, H, P), new state"""
+        dt = F.softplus(dt[:, 0].float() + self.dt_bias.float())  # (B, H)
+        xf = x[:, 0].float()  # (B, H, P)
+        rep = self.nheads // self.config.ngroups
+        Bh, Ch = Bm[:, 0].float().repeat_interleave(rep, dim=1), Cm[:, 0].float().repeat_interleave(rep, dim=1)  # (B, H, N)
+        ssm_state = ssm_state.float() * torch.exp(dt * A)[..., None, None] + (dt[..., None] * xf)[..., None] * Bh[:, :, None, :]
+        y = (ssm_state @ Ch[..., None])[..., 0] + xf * self.D.float()[:, None]  # (B, H, P)
+        return y.unsqueeze(1).to(x.dtype), ssm_state
 
     def conv(self, xBC, conv_state):
         """Causal depthwise conv1d + SiLU over (B, L, channels), continuing from conv_state, the
