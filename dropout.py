@@ -19,7 +19,7 @@ a = 1/sqrt(1-p), b = (1-a)*mu, i.e.
     VPAD(x) = mu + m * (x - mu) / sqrt(1-p),        mu = mean_i x_i (per token)        (variant A)
 Then E||W VPAD(x)||^2 = (1-p)||Wx||^2 + p * sum_ij W_ij^2 x_j^2 for centred x: exact for
 isotropic W, where PL-D is off by p/(1-p). With torch's alpha-dropout constants this is the same
-family (Klambauer et al. 2017). Variants, all judged by the same variance probe:
+family (Klambauer et al. 2017). Variants, all judged by the same variance probe (probe_variance.py):
     B  per-feature statistics over the batch instead of per token (BatchNorm-style)
     C  inverted dropout, then exact per-token re-standardisation to the mean and std of x
     D  RMS-preserving: m*x * ||x|| / ||m*x||
@@ -27,7 +27,6 @@ Every operator is the identity in eval mode.
 """
 
 import math
-import re
 
 import torch
 import torch.nn as nn
@@ -146,84 +145,3 @@ class Linear(nn.Linear):
 
     def forward(self, x):
         return F.linear(self.pre_linear(x), self.weight, self.bias)
-
-
-
-# -----------------------------------------------------------------------------
-# The variance-mismatch probe (Fig. 3). Both probes hook a model built from these operators
-# (model.py's Transformer, mamba.py's Mamba2) and run it on one batch, in eval mode throughout.
-
-def _layer(name):
-    """'layers.3.attn.q' -> (3, 'attn.q')."""
-    parts = name.split('.')
-    i = parts.index('layers')
-    return int(parts[i + 1]), '.'.join(parts[i + 2:])
-
-
-@torch.no_grad()
-def variance_mismatch(model, idx, op=None):
-    """For every projection W (each dropout.Linear) of `model` on the batch idx (B, T): the
-    pre-activation y = W x in eval mode, and y' = W op(x) on the same input x with the site's
-    train-mode operator (its own, or `op`, e.g. VPAD(0.1)). One row per projection: the signed
-    relative error (Var[y'] - Var[y]) / Var[y], Var over all elements as in Fig. 3, and
-    r = sum_ij W_ij^2 x_j^2 / ||W x||^2 (summed over tokens) with what r predicts in expectation
-    over the mask (module docstring): PL-D p/(1-p) * r, VPAD p * (r - 1)."""
-    rows, hooks = [], []
-
-    def record(name, module, x):
-        site = op or module.pre_linear
-        if isinstance(site, nn.Identity):
-            raise ValueError(f"{name} has no pre-linear dropout (the model was trained without): give an operator")
-        was = site.training
-        site.train()
-        x = x[0]  # (B, T, d_in)
-        y, y_train = F.linear(x, module.weight, module.bias), F.linear(site(x), module.weight, module.bias)
-        site.train(was)
-        var, var_train = y.float().var().item(), y_train.float().var().item()
-        x, w = x.float(), module.weight.float()
-        r = (F.linear(x * x, w * w).sum() / F.linear(x, w).pow(2).sum()).item()  # sum_ij W_ij^2 x_j^2 / ||W x||^2
-        layer, matrix = _layer(name)
-        rows.append({'name': name, 'layer': layer, 'matrix': matrix, 'var_eval': var, 'var_train': var_train,
-                     'rel_err': (var_train - var) / var, 'r': r,
-                     'predicted_pre_linear': site.p / (1 - site.p) * r, 'predicted_vpad': site.p * (r - 1)})
-
-    for name, module in model.named_modules():
-        if isinstance(module, Linear):
-            hooks.append(module.register_forward_pre_hook(lambda m, x, name=name: record(name, m, x)))
-    was = model.training
-    try:
-        model.eval()
-        model.hidden(idx)
-    finally:
-        model.train(was)
-        for h in hooks:
-            h.remove()
-    return rows
-
-
-@torch.no_grad()
-def pre_norm_drift(model, idx, p):
-    """The pre-norm view: every block's normalised input (the output of the norms that read the
-    residual stream) in eval mode and with pre-norm dropout of rate p active at every PN-D site,
-    nothing else. One row per norm: the mean over tokens of the cosine between the two. Dropout
-    upstream reaches every later norm (Eq. 6), so the drift accumulates with depth."""
-    out, hooks = {}, []
-    norms = [(n, m) for n, m in model.named_modules() if re.fullmatch(r'layers\.\d+\.norm\d?', n)]  # not Mamba2's gated norm
-    for name, module in norms:
-        hooks.append(module.register_forward_hook(lambda m, x, y, name=name: out.setdefault(name, []).append(y.float())))
-    sites = [(block, block.pre_norm) for block in model.layers]
-    was = model.training
-    try:
-        model.eval()
-        model.hidden(idx)
-        for block, _ in sites:
-            block.pre_norm = Dropout(p)  # in training mode: only these are active
-        model.hidden(idx)
-    finally:
-        for block, site in sites:
-            block.pre_norm = site
-        model.train(was)
-        for h in hooks:
-            h.remove()
-    return [{'name': name, 'layer': _layer(name)[0], 'norm': _layer(name)[1],
-             'cosine': F.cosine_similarity(*out[name], dim=-1).mean().item()} for name, _ in norms]

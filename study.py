@@ -25,7 +25,7 @@ The parts (every variant of a part has the same token budget):
 And at those checkpoints: the entropy of every head's attention by query position (the
 mechanism), the uniform average of the last 5 checkpoints of the stable phase and of the
 anneal (the paper's checkpoint averaging), and at the end of the LM runs with pre-linear
-dropout the variance-mismatch probe (dropout.variance_mismatch, Figure 3).
+dropout the variance-mismatch probe (probe_variance.variance_mismatch, Figure 3).
 """
 
 import json
@@ -42,8 +42,8 @@ from tqdm import tqdm
 import checkpoint
 from average_ckpts import average
 from configurator import configure
-from dropout import variance_mismatch
 from eval_loss import attention_entropy, band_means, loss_curve, moving_average
+from probe_variance import variance_mismatch
 from tasks import Needle, correct_answers
 from tokens import TokenData, batch_rng
 

@@ -8,7 +8,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from dropout import VPAD, Dropout, Linear, keep_mask, dropout, pre_linear, pre_norm, pre_norm_drift, variance_mismatch, vpad
+from dropout import VPAD, Dropout, Linear, keep_mask, dropout, pre_linear, pre_norm, vpad
+from probe_variance import pre_norm_drift, variance_mismatch
 from mamba import Mamba2, Mamba2Config
 from model import Transformer, TransformerConfig
 
