@@ -36,24 +36,6 @@ DROPOUT_TYPES = ('none', 'pre_norm', 'pre_linear', 'vpad')
 VPAD_VARIANTS = ('A', 'B', 'C', 'D')
 
 
-def keep_mask(x, p):
-    """A mask shaped and typed like x, 1 where a unit is kept and 0 where it is dropped, and the
-    dropout rate it realises. On GPUs: rand >= p, which torch.compile fuses with its consumer into
-    one kernel. On CPU the random numbers were most of what dropout cost, so one 64-bit draw serves
-    four elements: 15 random bits each, compared with round(p * 2^15), written straight into the
-    float mask. That realises p to within 2^-16; the operators scale by the realised rate, so they
-    stay unbiased. Under torch.compile, on CPU too: rand >= p, since dynamo cannot trace random_
-    into a view (a graph break per mask) and the compiled kernel draws the numbers in place."""
-    if not 0 <= p < 1:
-        raise ValueError(f"a dropout rate must be in [0, 1), got {p}")
-    if x.device.type != 'cpu' or torch.compiler.is_compiling():
-        return (torch.rand(x.shape, device=x.device) >= p).to(x.dtype), p
-    threshold, n = round(p * 32768), x.numel()
-    bits = torch.empty((n + 3) // 4, dtype=torch.int64).random_()  # 63 random bits each
-    bits = bits.view(torch.int16)[:n].bitwise_and_(0x7FFF).view(x.shape)  # four numbers in [0, 2^15) per draw
-    return torch.ge(bits, threshold, out=torch.empty_like(x)), threshold / 32768
-
-
 def dropout(x, p, training=True):
     """Inverted dropout: m * x / (1-p)."""
     if not training or p == 0.0:
@@ -82,6 +64,24 @@ def vpad(x, p, variant='A', training=True, eps=1e-6):
         d = x * keep
         return d * (x.norm(dim=-1, keepdim=True) / (d.norm(dim=-1, keepdim=True) + eps))
     raise ValueError(f"unknown vpad_variant {variant!r}; choose one of {VPAD_VARIANTS}")
+
+
+def keep_mask(x, p):
+    """A mask shaped and typed like x, 1 where a unit is kept and 0 where it is dropped, and the
+    dropout rate it realises. On GPUs: rand >= p, which torch.compile fuses with its consumer into
+    one kernel. On CPU the random numbers were most of what dropout cost, so one 64-bit draw serves
+    four elements: 15 random bits each, compared with round(p * 2^15), written straight into the
+    float mask. That realises p to within 2^-16; the operators scale by the realised rate, so they
+    stay unbiased. Under torch.compile, on CPU too: rand >= p, since dynamo cannot trace random_
+    into a view (a graph break per mask) and the compiled kernel draws the numbers in place."""
+    if not 0 <= p < 1:
+        raise ValueError(f"a dropout rate must be in [0, 1), got {p}")
+    if x.device.type != 'cpu' or torch.compiler.is_compiling():
+        return (torch.rand(x.shape, device=x.device) >= p).to(x.dtype), p
+    threshold, n = round(p * 32768), x.numel()
+    bits = torch.empty((n + 3) // 4, dtype=torch.int64).random_()  # 63 random bits each
+    bits = bits.view(torch.int16)[:n].bitwise_and_(0x7FFF).view(x.shape)  # four numbers in [0, 2^15) per draw
+    return torch.ge(bits, threshold, out=torch.empty_like(x)), threshold / 32768
 
 
 class Dropout(nn.Module):
