@@ -52,3 +52,14 @@ def test_asentmax_paper_configs_fit_80_gb(variant):
     assert scope['tokens_per_batch'] % per_micro == 0  # the step's tokens unchanged, in more micro-steps
     total = sum(hardware.memory_estimate(m, scope['batch_size'], scope['block_size'], bf16=True).values())
     assert total < 80e9 and hardware.memory_estimate(m, 16, 2048, bf16=True)['attention'] > 100e9
+
+
+def test_fsdp_states_count_the_unsharded_gradients_of_no_sync_micro_steps():
+    """Under FSDP the states are sharded (16 bytes a parameter / world), but across no-sync
+    micro-steps every process holds the whole float32 gradient (4 bytes a parameter)."""
+    with torch.device('meta'):
+        m = Transformer(TransformerConfig(vocab_size=64, n_layer=2, n_head=4, n_embd=32))
+    n = m.num_params(False)
+    assert hardware.memory_estimate(m, 2, 32, True)['states'] == 16 * n
+    assert hardware.memory_estimate(m, 2, 32, True, fsdp_world=4)['states'] == 4 * n
+    assert hardware.memory_estimate(m, 2, 32, True, fsdp_world=4, no_sync=True)['states'] == 8 * n
