@@ -4,8 +4,9 @@ The dropout operators of the paper, and nothing else.
 Three placements are compared in the paper (Fig. 2), all built from the operators here:
 - pre-norm dropout (PN-D, Eq. 6): standard inverted dropout on a sublayer's output before
   the residual add; the dropped vector then reaches the next RMSNorm (model.py, Block.forward).
-- pre-linear dropout (PL-D): inverted dropout on the input of every linear projection
-  (Linear below, used by model.py and mamba.py), one independent mask per projection.
+- pre-linear dropout (PL-D): inverted dropout on the input of every linear projection of a
+  block, one independent mask per projection: each sublayer of model.py and mamba.py holds one
+  `pre_linear` operator and calls it on the input of each of its projections.
 - VPAD, Variance-Preserving Affine Dropout, at the pre-linear sites.
 
 VPAD IS A RECONSTRUCTION. The paper's VPAD formula was not available to us (only its name,
@@ -30,7 +31,6 @@ import math
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 DROPOUT_TYPES = ('none', 'pre_norm', 'pre_linear', 'vpad')
 VPAD_VARIANTS = ('A', 'B', 'C', 'D')
@@ -132,16 +132,3 @@ def pre_norm(dropout_type, p):
     """The operator at the pre-norm site (a sublayer's output, before the residual add): PN-D or identity."""
     check(dropout_type, p)
     return Dropout(p) if dropout_type == 'pre_norm' and p > 0 else nn.Identity()
-
-
-class Linear(nn.Linear):
-    """A projection of a block with the pre-linear site on its input (Fig. 2, right): identity,
-    PL-D or VPAD, an independent mask per projection. config: any object with bias,
-    dropout_type, dropout and vpad_variant (the transformer's and Mamba2's configs)."""
-
-    def __init__(self, in_features, out_features, config):
-        super().__init__(in_features, out_features, bias=config.bias)
-        self.pre_linear = pre_linear(config.dropout_type, config.dropout, config.vpad_variant)
-
-    def forward(self, x):
-        return F.linear(self.pre_linear(x), self.weight, self.bias)

@@ -7,7 +7,7 @@ paper's dropout placements inline:
            SSD scan with the D skip; gated RMSNorm(y, z); out_proj
 
 - PN-D (Eq. 6) in Block.forward, on the mixer output before the residual add; PL-D and VPAD
-  on the inputs of in_proj and out_proj (dropout.Linear).
+  (`self.pre_linear(...)`) on the inputs of in_proj and out_proj, in Mixer.forward.
 - The SSD scan is plain PyTorch (any device, any length); on CUDA the fused kernels of
   mamba_ssm (and causal_conv1d) are used when they import, with the same numbers.
 - A state (conv inputs and SSM state per layer) carries a sequence across calls: chunked
@@ -23,7 +23,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from dropout import DROPOUT_TYPES, Linear, pre_norm
+from dropout import DROPOUT_TYPES, pre_linear, pre_norm
 
 try:  # fused kernels, CUDA only; without them the PyTorch scan below runs everywhere
     from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined
@@ -171,7 +171,7 @@ class Mixer(nn.Module):
         c = config
         self.config = c
         self.d_inner, self.nheads, self.channels = c.d_inner, c.nheads, c.conv_channels
-        self.in_proj = Linear(c.n_embd, 2 * c.d_inner + 2 * c.ngroups * c.d_state + c.nheads, c)  # z, xBC, dt
+        self.in_proj = nn.Linear(c.n_embd, 2 * c.d_inner + 2 * c.ngroups * c.d_state + c.nheads, bias=c.bias)  # z, xBC, dt
         self.conv1d = nn.Conv1d(self.channels, self.channels, c.d_conv, groups=self.channels, bias=c.conv_bias)
         # dt ~ log-uniform in [dt_min, dt_max] through softplus(dt_bias); A = -exp(A_log), A_log = log U[1, 16]
         dt = torch.exp(torch.rand(c.nheads) * (math.log(c.dt_max) - math.log(c.dt_min)) + math.log(c.dt_min)).clamp(min=1e-4)
@@ -181,14 +181,16 @@ class Mixer(nn.Module):
         for p in (self.dt_bias, self.A_log, self.D):
             p._no_weight_decay = True  # as mamba_ssm: train.py leaves them out of weight decay
         self.norm = RMSNorm(c.d_inner, c.norm_eps, group_size=c.d_inner // c.ngroups)
-        self.out_proj = Linear(c.d_inner, c.n_embd, c)
+        self.out_proj = nn.Linear(c.d_inner, c.n_embd, bias=c.bias)
+        self.pre_linear = pre_linear(c.dropout_type, c.dropout, c.vpad_variant)  # the PL-D / VPAD site
 
     def forward(self, u, state=None):
         """u (B, L, C), state (conv inputs (B, channels, d_conv-1), SSM state (B, H, P, N)) or None
         -> (B, L, C) and the state after the last position."""
         c = self.config
         Bsz, L, _ = u.shape
-        z, xBC, dt = self.in_proj(u).split([self.d_inner, self.channels, self.nheads], dim=-1)
+        # PL-D / VPAD (Fig. 2, right) on the input of in_proj, and below of out_proj
+        z, xBC, dt = self.in_proj(self.pre_linear(u)).split([self.d_inner, self.channels, self.nheads], dim=-1)
         conv_state, ssm_state = state if state is not None else (None, None)
         xBC, conv_state = self.conv(xBC, conv_state)  # (B, L, channels)
         x, Bm, Cm = xBC.split([self.d_inner, c.ngroups * c.d_state, c.ngroups * c.d_state], dim=-1)
@@ -203,7 +205,7 @@ class Mixer(nn.Module):
         else:
             y, ssm_state = self.scan(x, dt, A, Bm, Cm, ssm_state)
         y = self.norm(y.flatten(-2), z)  # (B, L, d_inner)
-        return self.out_proj(y), (conv_state, ssm_state)
+        return self.out_proj(self.pre_linear(y)), (conv_state, ssm_state)
 
     def scan(self, x, dt, A, Bm, Cm, ssm_state):
         """The SSD scan over a sequence, from ssm_state (or zeros), with the D skip; in float32

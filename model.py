@@ -7,9 +7,9 @@ paper's regularizers inline where they act.
   absolute positions (the classic baseline that does not extrapolate).
 - Attention per layer: full causal or a sliding window of W keys (the current one included).
 - Dropout (dropout.py): pre-norm dropout (PN-D, Eq. 6) in Block.forward; pre-linear dropout
-  (PL-D) and VPAD inside dropout.Linear, the class of every projection of a block (q, k, v, o,
-  and the MLP's gate/up/down), each drawing its own mask; attention dropout on the attention
-  probabilities.
+  (PL-D) or VPAD, `self.pre_linear(...)`, on the input of every projection of a block (q, k, v, o
+  in Attention.forward, gate/up/down in MLP.forward), a mask of its own each call; attention
+  dropout on the attention probabilities (written_out; SDPA's dropout_p).
 - Long inputs: a KV cache (trimmed to the window on sliding-window layers) with chunked
   prefill, for per-position losses and greedy generation that never build T x T or T x vocab.
 """
@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from dropout import Linear, pre_norm
+from dropout import pre_linear, pre_norm
 
 try:  # FlexAttention: fused ALiBi and sliding windows on CUDA (forward only on CPU)
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
@@ -353,10 +353,11 @@ class Attention(nn.Module):
         self.n_head = config.n_head
         self.n_kv_head = config.n_kv_head or config.n_head
         self.head_dim = config.head_dim or config.n_embd // config.n_head
-        self.q_proj = Linear(config.n_embd, self.n_head * self.head_dim, config)
-        self.k_proj = Linear(config.n_embd, self.n_kv_head * self.head_dim, config)
-        self.v_proj = Linear(config.n_embd, self.n_kv_head * self.head_dim, config)
-        self.o_proj = Linear(self.n_head * self.head_dim, config.n_embd, config)
+        self.q_proj = nn.Linear(config.n_embd, self.n_head * self.head_dim, bias=config.bias)
+        self.k_proj = nn.Linear(config.n_embd, self.n_kv_head * self.head_dim, bias=config.bias)
+        self.v_proj = nn.Linear(config.n_embd, self.n_kv_head * self.head_dim, bias=config.bias)
+        self.o_proj = nn.Linear(self.n_head * self.head_dim, config.n_embd, bias=config.bias)
+        self.pre_linear = pre_linear(config.dropout_type, config.dropout, config.vpad_variant)  # the PL-D / VPAD site
         self.pos_encoding = config.layer_pos_encodings()[layer_idx]
         self.window = config.layer_windows()[layer_idx]
         self.attn_dropout, self.alpha, self.backend = config.attn_dropout, config.attn_alpha, config.attn_backend
@@ -375,9 +376,10 @@ class Attention(nn.Module):
 
     def forward(self, x, rope=None, cache=None):
         B, T, _ = x.shape
-        q = self.q_proj(x).view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, hd)
-        k = self.k_proj(x).view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)  # (B, Hkv, T, hd)
-        v = self.v_proj(x).view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)  # (B, Hkv, T, hd)
+        # PL-D / VPAD (Fig. 2, right): on the input of each projection, a mask of its own each call
+        q = self.q_proj(self.pre_linear(x)).view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, hd)
+        k = self.k_proj(self.pre_linear(x)).view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)  # (B, Hkv, T, hd)
+        v = self.v_proj(self.pre_linear(x)).view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)  # (B, Hkv, T, hd)
         if self.pos_encoding == 'rope':
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         q_start = k_start = 0 if cache is None else cache.pos
@@ -389,7 +391,7 @@ class Attention(nn.Module):
         dropout_p = self.attn_dropout if self.training else 0.0
         y = attention(q, k, v, q_start, k_start, self.slopes, self.window, dropout_p, self.backend, self.alpha)
         y = y.transpose(1, 2).reshape(B, T, self.n_head * self.head_dim)  # (B, T, H*hd)
-        return self.o_proj(y)
+        return self.o_proj(self.pre_linear(y))
 
     def query_scale(self, x, start):
         """The factor s of the scaled heads' queries at positions start.. (B or 1, n_scaled, T, 1):
@@ -413,13 +415,18 @@ class MLP(nn.Module):
         ffn_dim = config.ffn_dim or 4 * config.n_embd
         self.swiglu = config.mlp == 'swiglu'
         if self.swiglu:
-            self.gate_proj = Linear(config.n_embd, ffn_dim, config)
-        self.up_proj = Linear(config.n_embd, ffn_dim, config)
-        self.down_proj = Linear(ffn_dim, config.n_embd, config)
+            self.gate_proj = nn.Linear(config.n_embd, ffn_dim, bias=config.bias)
+        self.up_proj = nn.Linear(config.n_embd, ffn_dim, bias=config.bias)
+        self.down_proj = nn.Linear(ffn_dim, config.n_embd, bias=config.bias)
+        self.pre_linear = pre_linear(config.dropout_type, config.dropout, config.vpad_variant)  # the PL-D / VPAD site
 
     def forward(self, x):
-        h = F.silu(self.gate_proj(x)) * self.up_proj(x) if self.swiglu else F.gelu(self.up_proj(x))
-        return self.down_proj(h)
+        # PL-D / VPAD on the input of each projection, a mask of its own each call
+        if self.swiglu:
+            h = F.silu(self.gate_proj(self.pre_linear(x))) * self.up_proj(self.pre_linear(x))
+        else:
+            h = F.gelu(self.up_proj(self.pre_linear(x)))
+        return self.down_proj(self.pre_linear(h))
 
 
 class Block(nn.Module):

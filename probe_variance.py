@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 import checkpoint
 from configurator import configure
-from dropout import Dropout, Linear, pre_linear
+from dropout import Dropout, pre_linear
 from tokens import TokenData, batch_rng
 
 PAPER = {'pre_linear': (0.29, 0.37), 'vpad': (0.09, 0.06)}  # Fig. 3, first / last 18 layers of SmolLM3-3B
@@ -43,9 +43,18 @@ def _layer(name):
     return int(parts[i + 1]), '.'.join(parts[i + 2:])
 
 
+PROJECTIONS = ('q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj', 'in_proj', 'out_proj')
+
+
+def projections(model):
+    """(name, nn.Linear) of every projection whose input passes a pre-linear site (model.py's
+    Attention and MLP, mamba.py's Mixer; ASEntmax's scale_proj has none)."""
+    return [(n, m) for n, m in model.named_modules() if n.rsplit('.', 1)[-1] in PROJECTIONS and isinstance(m, nn.Linear)]
+
+
 @torch.no_grad()
 def variance_mismatch(model, idx, op=None):
-    """For every projection W (each dropout.Linear) of `model` on the batch idx (B, T): the
+    """For every projection W with a pre-linear site (PROJECTIONS) of `model` on the batch idx (B, T): the
     pre-activation y = W x in eval mode, and y' = W op(x) on the same input x with the site's
     train-mode operator (its own, or `op`, e.g. VPAD(0.1)). One row per projection: the signed
     relative error (Var[y'] - Var[y]) / Var[y], Var over all elements as in Fig. 3, and
@@ -53,8 +62,8 @@ def variance_mismatch(model, idx, op=None):
     over the mask (dropout.py's docstring): PL-D p/(1-p) * r, VPAD p * (r - 1)."""
     rows, hooks = [], []
 
-    def record(name, module, x):
-        site = op or module.pre_linear
+    def record(name, module, x, own_site):
+        site = op or own_site
         if isinstance(site, nn.Identity):
             raise ValueError(f"{name} has no pre-linear dropout (the model was trained without): give an operator")
         was = site.training
@@ -70,9 +79,9 @@ def variance_mismatch(model, idx, op=None):
                      'rel_err': (var_train - var) / var, 'r': r,
                      'predicted_pre_linear': site.p / (1 - site.p) * r, 'predicted_vpad': site.p * (r - 1)})
 
-    for name, module in model.named_modules():
-        if isinstance(module, Linear):
-            hooks.append(module.register_forward_pre_hook(lambda m, x, name=name: record(name, m, x)))
+    for name, module in projections(model):
+        site = model.get_submodule(name.rsplit('.', 1)[0]).pre_linear  # the sublayer's own site
+        hooks.append(module.register_forward_pre_hook(lambda m, x, name=name, site=site: record(name, m, x, site)))
     was = model.training
     try:
         model.eval()

@@ -2,14 +2,13 @@
 
 import math
 import re
-from types import SimpleNamespace
 
 import pytest
 import torch
 import torch.nn as nn
 
-from dropout import VPAD, Dropout, Linear, keep_mask, dropout, pre_linear, pre_norm, vpad
-from probe_variance import pre_norm_drift, variance_mismatch
+from dropout import VPAD, Dropout, keep_mask, dropout, pre_linear, pre_norm, vpad
+from probe_variance import pre_norm_drift, projections, variance_mismatch
 from mamba import Mamba2, Mamba2Config
 from model import Transformer, TransformerConfig
 
@@ -112,16 +111,16 @@ def test_inverted_dropout(dtype):
 # --- the variance-mismatch probe (Fig. 3) ---------------------------------------------------
 
 class OneProjection(nn.Module):
-    """One random isotropic projection as 'layers.0.proj', for the probe."""
+    """One random isotropic projection with its pre-linear site, as 'layers.0.in_proj', for the probe."""
 
     def __init__(self, dropout_type, p, d=256):
         super().__init__()
-        config = SimpleNamespace(bias=False, dropout_type=dropout_type, dropout=p, vpad_variant='A')
-        self.layers = nn.ModuleList([nn.ModuleDict({'proj': Linear(d, d, config)})])
-        nn.init.normal_(self.layers[0]['proj'].weight, std=d ** -0.5)
+        self.layers = nn.ModuleList([nn.ModuleDict({'in_proj': nn.Linear(d, d, bias=False)})])
+        self.layers[0].pre_linear = pre_linear(dropout_type, p)
+        nn.init.normal_(self.layers[0]['in_proj'].weight, std=d ** -0.5)
 
     def hidden(self, x):
-        return self.layers[0]['proj'](x)
+        return self.layers[0]['in_proj'](self.layers[0].pre_linear(x))
 
 
 @pytest.mark.parametrize('p', [0.1, 0.3])
@@ -131,7 +130,7 @@ def test_probe_on_an_isotropic_projection(p):
     x = torch.randn(16, 256, 256)  # isotropic inputs, (B, T, d)
     [pl] = variance_mismatch(OneProjection('pre_linear', p), x)
     [vp] = variance_mismatch(OneProjection('vpad', p), x)
-    assert (pl['layer'], pl['matrix']) == (0, 'proj')
+    assert (pl['layer'], pl['matrix']) == (0, 'in_proj')
     assert pl['r'] == pytest.approx(1.0, abs=0.01)
     assert pl['rel_err'] == pytest.approx(p / (1 - p), rel=0.05) == pl['predicted_pre_linear']
     assert abs(vp['rel_err']) < 0.1 * p / (1 - p) and abs(vp['predicted_vpad']) < 0.01
@@ -151,12 +150,13 @@ def test_probe_on_a_transformer_leaves_it_as_it_was():
         before = model.eval().hidden(idx)
     model.train()
     rows = variance_mismatch(model, idx)
-    linears = [n for n, m in model.named_modules() if isinstance(m, Linear)]
+    linears = [n for n, _ in projections(model)]
     assert [r['name'] for r in rows] == linears and {r['layer'] for r in rows} == {0, 1}
     # measured (one mask) against predicted from r (in expectation over masks), matrix by matrix
     for r in rows:
         assert r['rel_err'] == pytest.approx(r['predicted_pre_linear'], rel=0.1), r['name']
-    assert model.training and all(m.pre_linear.training for n, m in model.named_modules() if isinstance(m, Linear))
+    assert len(linears) == 2 * 6  # q, k, v, o, up, down in each layer
+    assert model.training and all(m.training for n, m in model.named_modules() if n.endswith('pre_linear'))
     with torch.no_grad():
         assert torch.equal(model.eval().hidden(idx), before)
 

@@ -54,21 +54,36 @@ def run(m, checks):
 @pytest.mark.parametrize('kind', MODELS)
 @pytest.mark.parametrize('dropout_type', ['pre_linear', 'vpad'])
 def test_pre_linear_sites_act_on_every_projection_input(kind, dropout_type):
-    """PL-D: y = W (m * x) / (1 - p) + b; VPAD: y = W vpad(x) + b, with the projection's own mask."""
+    """PL-D: y = W (m * x) / (1 - p) + b; VPAD: y = W vpad(x) + b, a mask of its own per projection.
+    Every call of a pre-linear site is checked against the formula (its mask replayed), and every
+    projection's input must be the output of the site call just before it: a site moved to a
+    projection's output, or one mask shared by two projections, breaks that chain."""
     torch.manual_seed(0)
     m = MODELS[kind](dropout_type=dropout_type)
 
-    def pl_d(lin, x):
-        keep, p = dropout.keep_mask(x, P)  # the mask this projection draws, m_i ~ Bernoulli(1 - p)
-        return F.linear(keep * x / (1 - p), lin.weight, lin.bias)
+    def pl_d(site, x):
+        keep, p = dropout.keep_mask(x, P)  # the mask this call draws, m_i ~ Bernoulli(1 - p)
+        return keep * x / (1 - p)
 
-    def vpad(lin, x):  # variant A: mu + m (x - mu) / sqrt(1 - p), mu the per-token mean
+    def vpad(site, x):  # variant A: mu + m (x - mu) / sqrt(1 - p), mu the per-token mean
         keep, p = dropout.keep_mask(x, P)
         mu = x.mean(-1, keepdim=True)
-        return F.linear(mu + keep * (x - mu) / math.sqrt(1 - p), lin.weight, lin.bias)
-    projections = [mod for mod in m.modules() if isinstance(mod, dropout.Linear)]
-    assert len(projections) == (2 * 7 if kind == 'transformer' else 2 * 2)  # q k v o gate up down; in_proj out_proj
-    run(m, {lin: pl_d if dropout_type == 'pre_linear' else vpad for lin in projections})
+        return mu + keep * (x - mu) / math.sqrt(1 - p)
+    sites = [mod for name, mod in m.named_modules() if name.endswith('pre_linear')]
+    events, hooks = [], []
+    for site in sites:
+        hooks.append(site.register_forward_hook(lambda mod, i, o: events.append(('site', o))))
+    projections = [(n, mod) for n, mod in m.named_modules() if n.endswith('_proj') and not n.endswith('scale_proj')]
+    for name, proj in projections:
+        hooks.append(proj.register_forward_pre_hook(lambda mod, i, name=name: events.append((name, i[0]))))
+    run(m, {site: pl_d if dropout_type == 'pre_linear' else vpad for site in sites})
+    for h in hooks:
+        h.remove()
+    names = [e[0] for e in events if e[0] != 'site']
+    assert len(names) == (2 * 7 if kind == 'transformer' else 2 * 2)  # q k v o gate up down; in_proj out_proj
+    for before, (name, x) in zip(events, events[1:]):
+        if name != 'site':
+            assert before[0] == 'site' and before[1] is x, f"{name}'s input is not a pre-linear site's output"
 
 
 @pytest.mark.parametrize('kind', MODELS)
