@@ -53,10 +53,12 @@ def _unknown(key, known, where):
     return SystemExit(f"config error ({where}): unknown config key {key!r}{hint}")
 
 
-def configure(namespace, argv, lenient_files=False):
+def configure(namespace, argv, lenient_files=False, given=None):
     """Resolve the config: the script's defaults, then config files, then --key=value. -> dict
     lenient_files: skip the keys of config files that this script does not have (a bench or an
-    eval reading a training config); unknown keys on the command line are still errors."""
+    eval reading a training config); unknown keys on the command line are still errors.
+    given: a set that receives the keys a file or the command line set (to a default or not)."""
+    given = set() if given is None else given
     config = config_keys(namespace)
     annotations = namespace.get('__annotations__', {})
     for arg in argv:
@@ -76,6 +78,7 @@ def configure(namespace, argv, lenient_files=False):
                         continue
                     raise _unknown(key, config, arg)
                 config[key] = check(key, value, namespace[key], annotations.get(key), arg)
+                given.add(key)
         else:
             key, eq, text = arg[2:].partition('=')
             if not eq:
@@ -87,4 +90,5 @@ def configure(namespace, argv, lenient_files=False):
             except (SyntaxError, ValueError):
                 value = text  # a bare string
             config[key] = check(key, value, namespace[key], annotations.get(key))
+            given.add(key)
     return {k: list(v) if isinstance(v, tuple) else v for k, v in config.items()}

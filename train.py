@@ -61,7 +61,8 @@ block_size = 2048  # training context length
 tokens_per_batch = 524288  # tokens per optimizer step, all processes and micro-steps together
 max_tokens = 40e9  # training tokens; max_iters = max_tokens // tokens_per_batch
 seed = 1337
-# model: every field of the models' config dataclasses is a key (model.py and mamba.py give their meaning)
+# model: every field of the models' config dataclasses is a key (model.py and mamba.py give their
+# meaning); one the config leaves unset takes its own model's default (Mamba2: 24 layers, not 12)
 model_type = 'transformer'  # 'transformer' (model.py) or 'mamba2' (mamba.py)
 for _f in (f for _, cfg in checkpoint.MODELS.values() for f in fields(cfg)):
     globals().setdefault(_f.name, _f.default)
@@ -88,10 +89,10 @@ activation_checkpointing = False  # recompute each block in the backward pass: l
 keep_last = 0  # keep only the newest N model checkpoints; 0 keeps all (checkpoint averaging needs the last K)
 # -----------------------------------------------------------------------------
 MODEL_KEYS = {f.name for _, cfg in checkpoint.MODELS.values() for f in fields(cfg)}
-defaults = {k: globals()[k] for k in MODEL_KEYS}
-config = configure(globals(), sys.argv[1:])
+given = set()
+config = configure(globals(), sys.argv[1:], given=given)
 globals().update(config)
-user_model_keys = {k for k in MODEL_KEYS if config[k] != defaults[k]}  # the model keys this run's config sets
+user_model_keys = given & MODEL_KEYS  # the model keys this run's config sets
 
 # distributed setup: one process per GPU under torchrun (NCCL), or per CPU process (gloo)
 distributed = 'RANK' in os.environ
@@ -172,7 +173,8 @@ say(f"{max_iters:,} iterations of {tokens_per_batch:,} tokens = {world} processe
 # the model: from scratch, from a checkpoint (CPT) or resumed
 if model_type not in checkpoint.MODELS:
     raise SystemExit(f"config error: model_type must be one of {list(checkpoint.MODELS)}, got {model_type!r}")
-model_args = {f.name: config[f.name] for f in fields(checkpoint.MODELS[model_type][1])}
+model_args = {f.name: config[f.name] if f.name in user_model_keys | {'vocab_size', 'block_size'} else f.default
+              for f in fields(checkpoint.MODELS[model_type][1])}  # vocab and block size: as train.py resolved them
 start_iter, ckpt, optim_state, cpt_from = 0, None, None, None
 OPTIM_EXT = '.dcp' if fsdp else '.pt'  # the optimizer state: a folder of shards under FSDP, a file under DDP
 RUNTIME = ('dropout', 'dropout_type', 'vpad_variant', 'attn_dropout', 'window', 'attn_backend', 'use_kernels')

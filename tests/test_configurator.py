@@ -17,6 +17,15 @@ def test_files_then_overrides(tmp_path):
                  'window': [4, 0], 'flag': True}
 
 
+def test_given_names_the_keys_a_run_sets(tmp_path):
+    """Also a key set to its default value (n_layer = 12 here) counts as set; a key left alone does not."""
+    f = tmp_path / 'c.py'
+    f.write_text("n_layer = 12\n")
+    given = set()
+    configure(dict(DEFAULTS), [str(f), '--name=x'], given=given)
+    assert given == {'n_layer', 'name'}
+
+
 def test_a_file_can_import_another(tmp_path, monkeypatch):
     (tmp_path / 'base.py').write_text("n_layer = 24\nlearning_rate = 1e-4\n")
     (tmp_path / 'variant.py').write_text("from base import *\nlearning_rate = 2e-4\n")

@@ -358,6 +358,17 @@ def test_mamba2_language_model(tiny_data, tmp_path):
     assert list(evals[-1]['position_loss']) == ['16-32', '32-64'] and evals[-1]['val_loss'] < evals[0]['val_loss']
 
 
+def test_each_model_keeps_its_own_defaults(tiny_data, tmp_path):
+    """A model key the config leaves unset takes its own model's default: a Mamba2 run without
+    n_layer has Mamba2Config's 24 layers, not the transformer's 12 (the keys share a name)."""
+    args = [a for a in TINY if not a.startswith('--n_layer')] + MAMBA + ['--max_tokens=256', '--eval_interval=100']
+    r = run_train(*args, f'--data_dir={tiny_data}', f'--out_dir={tmp_path}', '--ckpt_interval=1')
+    assert r.returncode == 0, r.stderr
+    ckpt = checkpoint.load(checkpoint.step_path(str(tmp_path), 1))
+    assert ckpt['model_args']['n_layer'] == 24 and ckpt['config']['n_layer'] == 24
+    assert ckpt['model_args']['d_state'] == 8  # and a key it sets is its own
+
+
 def test_copy_task(tmp_path):
     r = run_train(*TINY, *MAMBA, '--task=copy', '--task_vocab=12', '--task_min_len=3', '--task_max_len=6',
                   '--batch_size=8', '--tokens_per_batch=112', '--max_tokens=448', '--eval_lengths=[6, 12]',
