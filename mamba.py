@@ -79,10 +79,10 @@ class Mamba2Config:
         if self.use_kernels and mamba_chunk_scan_combined is not None and self.conv_channels % 8:
             raise ValueError(f"mamba_ssm's kernels need conv channels (d_inner + 2 * ngroups * d_state = "
                              f"{self.conv_channels}) to be a multiple of 8: change the sizes, or set use_kernels=False")
-        width = 2 * self.d_inner + 2 * self.ngroups * self.d_state + self.nheads  # in_proj's output: z, xBC, dt
-        if self.use_kernels and causal_conv1d_fn is not None and width % 8:  # xBC is read in place, channels last
+        if self.use_kernels and causal_conv1d_fn is not None and self.in_proj_width % 8:  # xBC is read in place, channels last
             raise ValueError(f"causal_conv1d needs the row stride of in_proj's output (2 * d_inner + 2 * ngroups * "
-                             f"d_state + nheads = {width}) to be a multiple of 8: change the sizes, or set use_kernels=False")
+                             f"d_state + nheads = {self.in_proj_width}) to be a multiple of 8: change the sizes, "
+                             f"or set use_kernels=False")
 
     @property
     def d_inner(self):
@@ -91,6 +91,10 @@ class Mamba2Config:
     @property
     def nheads(self):
         return self.d_inner // self.headdim
+
+    @property
+    def in_proj_width(self):  # in_proj's output: z, xBC, dt
+        return 2 * self.d_inner + 2 * self.ngroups * self.d_state + self.nheads
 
     @property
     def conv_channels(self):
@@ -171,7 +175,7 @@ class Mixer(nn.Module):
         c = config
         self.config = c
         self.d_inner, self.nheads, self.channels = c.d_inner, c.nheads, c.conv_channels
-        self.in_proj = nn.Linear(c.n_embd, 2 * c.d_inner + 2 * c.ngroups * c.d_state + c.nheads, bias=c.bias)  # z, xBC, dt
+        self.in_proj = nn.Linear(c.n_embd, c.in_proj_width, bias=c.bias)  # z, xBC, dt
         self.conv1d = nn.Conv1d(self.channels, self.channels, c.d_conv, groups=self.channels, bias=c.conv_bias)
         # dt ~ log-uniform in [dt_min, dt_max] through softplus(dt_bias); A = -exp(A_log), A_log = log U[1, 16]
         dt = torch.exp(torch.rand(c.nheads) * (math.log(c.dt_max) - math.log(c.dt_min)) + math.log(c.dt_min)).clamp(min=1e-4)

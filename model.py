@@ -173,7 +173,7 @@ def attention_kernel(backend, q, k, q_start, k_start, slopes, window, dropout_p,
         fused = adasplash is not None and q.is_cuda and alpha == 1.5 and plain and dropout_p == 0
         return 'adasplash' if fused else 'manual'
     # auto: flex fuses ALiBi and windows on CUDA (it has no attention dropout; the config refuses flex with it)
-    auto_flex = q.is_cuda and not (slopes is None and not window) and dropout_p == 0 and flex_attention is not None
+    auto_flex = q.is_cuda and (slopes is not None or window) and dropout_p == 0 and flex_attention is not None
     if backend == 'flex' or (backend == 'auto' and auto_flex):
         return 'flex'
     if backend == 'manual':
