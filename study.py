@@ -88,6 +88,9 @@ PARTS = {  # part -> (kind, train.py arguments, variants)
     'lm_nope': ('lm', LM + ['--pos_encoding=nope'], list(VARIANTS)),
     'lm_sw': ('lm', LM + SW(4, 32), CORE),
     'lm_nape': ('lm', LM + ['--pos_encoding=nape'], ['wd', 'no_wd', 'pl_d', 'vpad']),
+    # not in `parts` by default: does NAPE over-fit its length later? The baseline on 4x the tokens
+    # (python study.py --parts="['lm_nape_long']" --seeds="[1]" --out=out/study_long)
+    'lm_nape_long': ('lm', LM + ['--pos_encoding=nape', '--max_tokens=11600000'], ['no_wd']),
     'needle_nope': ('task', NEEDLE + ['--pos_encoding=nope'], CORE[:5]),
     'needle_sw': ('task', NEEDLE + SW(2, 16), CORE[:5]),
 }

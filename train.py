@@ -315,8 +315,10 @@ recent = collections.deque(ckpt_recent, maxlen=20)  # the last training losses, 
 raw_model = ddp = model
 if distributed and not fsdp:
     model = ddp = DDP(model, device_ids=[int(os.environ['LOCAL_RANK'])] if device_type == 'cuda' else None)
-if compile:  # after the DDP wrap: dynamo then splits the graph at DDP's buckets, so that their
-    say("compiling the model...")  # all-reduce overlaps the rest of the backward
+if compile:  # after the DDP wrap, PyTorch's documented order. Dynamo's DDPOptimizer splits the graph at
+    # DDP's gradient buckets so that their all-reduce overlaps the backward (in torch 2.13 it finds
+    # the DDP module from inside its forward, so the other order splits too: test_train.py checks the split)
+    say("compiling the model...")
     model = torch.compile(model)
 
 
