@@ -6,7 +6,7 @@ process, so that a machine's drift (~30% on shared CPUs) hits them alike; the re
     python bench.py configs/quickstart.py --mode=nanogpt      # the model vs a plain nanoGPT of the same size
     python bench.py --model_type=mamba2 --mode=hf_mamba       # mamba.py vs transformers' Mamba2
     python bench.py configs/quickstart.py --mode=context      # prefill/decoding time and peak memory vs length
-    bash bench_gpu.sh                                         # the whole suite on one GPU, paper-size models
+    bash scripts/bench_gpu.sh                                         # the whole suite on one GPU, paper-size models
 
 A training config can be given: its model keys are used, its training-only keys ignored. On
 CUDA the train modes also report MFU (FLOPs from the model's flops_per_token, the peak from

@@ -9,12 +9,11 @@ paper's regularizers inline where they act.
 - Dropout (dropout.py): pre-norm dropout (PN-D, Eq. 6) in Block.forward; pre-linear dropout
   (PL-D) or VPAD, `self.pre_linear(...)`, on the input of every projection of a block (q, k, v, o
   in Attention.forward, gate/up/down in MLP.forward), a mask of its own each call; attention
-  dropout on the attention probabilities (written_out; SDPA's dropout_p).
+  dropout on the attention probabilities (attention.py: written_out, or SDPA's dropout_p).
 - Long inputs: a KV cache (trimmed to the window on sliding-window layers) with chunked
   prefill, for per-position losses and greedy generation that never build T x T or T x vocab.
 """
 
-import functools
 import math
 from dataclasses import dataclass
 
@@ -22,16 +21,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from attention import attention
 from dropout import pre_linear, pre_norm
 
-try:  # FlexAttention: fused ALiBi and sliding windows on CUDA (forward only on CPU)
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-except ImportError:  # older torch
-    flex_attention = None
-try:  # AdaSplash: fused entmax-1.5 attention on CUDA (its kernels take no ALiBi bias nor window)
-    from adasplash import adasplash
-except ImportError:
-    adasplash = None
 
 POS_ENCODINGS = ('nope', 'rope', 'alibi', 'nape', 'learned')
 
@@ -131,177 +123,6 @@ def rope_cos_sin(start, T, head_dim, theta, device):
 def apply_rope(x, cos, sin):
     x1, x2 = x.chunk(2, dim=-1)
     return x * cos.to(x.dtype) + torch.cat([-x2, x1], dim=-1) * sin.to(x.dtype)
-
-
-# -----------------------------------------------------------------------------
-# attention
-
-SCORE_ENTRIES = 2 ** 25  # the most scores (or mask entries) attention() materialises at once
-
-
-def attention(q, k, v, q_start, k_start, slopes=None, window=0, dropout_p=0.0, backend='sdpa', alpha=1.0):
-    """Causal attention of queries at absolute positions q_start.. over keys at k_start..,
-    with the ALiBi bias -slopes[h] * (i - j) (slopes None: no bias) and, if window > 0, only
-    the last `window` keys (the query's own included); normalised by softmax (alpha = 1) or
-    alpha-entmax; dropout_p on the probabilities. backend: attn_backend of the config.
-    q (B, H, Tq, hd), k and v (B, Hkv, Tk, hd) -> (B, H, Tq, hd)"""
-    kernel = attention_kernel(backend, q, k, q_start, k_start, slopes, window, dropout_p, alpha)
-    if kernel == 'adasplash':
-        return adasplash(q, *repeat_kv(q, k, v), alpha=1.5, is_causal=True)
-    if kernel == 'flex':
-        return flex(q, k, v, q_start - k_start, slopes, window)
-    if kernel == 'flash':
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p, enable_gqa=q.size(1) != k.size(1))
-    # an explicit mask, or the scores written out: queries go in slices that bound the scores (or
-    # mask entries) to SCORE_ENTRIES, the batch included, so that a long input never holds T x T
-    k, v = repeat_kv(q, k, v)  # SDPA takes GQA with a mask only in its math kernel: whole heads
-    rows = max(1, SCORE_ENTRIES // (q.size(0) * q.size(1) * k.size(2)))
-    slices = range(0, q.size(2), rows)
-    if kernel == 'manual':
-        return torch.cat([written_out(q[:, :, i:i + rows], k, v, q_start + i, k_start, slopes, window, dropout_p, alpha)
-                          for i in slices], dim=2)
-    return torch.cat([masked_sdpa(q[:, :, i:i + rows], k, v, q_start + i, k_start, slopes, window, dropout_p)
-                      for i in slices], dim=2)
-
-
-def attention_kernel(backend, q, k, q_start, k_start, slopes, window, dropout_p, alpha):
-    """The one place that chooses how attention() computes: 'adasplash' (fused entmax-1.5, CUDA),
-    'flex' (FlexAttention), 'flash' (SDPA's causal kernels), 'sdpa' (SDPA with an explicit mask)
-    or 'manual' (the scores written out; entmax always, where AdaSplash does not apply)."""
-    plain = slopes is None and not window and q_start == k_start and q.size(2) == k.size(2)  # causal and nothing else
-    if alpha != 1.0:  # AdaSplash's kernels take neither a bias nor a window
-        fused = adasplash is not None and q.is_cuda and alpha == 1.5 and plain and dropout_p == 0
-        return 'adasplash' if fused else 'manual'
-    # auto: flex fuses ALiBi and windows on CUDA (it has no attention dropout; the config refuses flex with it)
-    auto_flex = q.is_cuda and (slopes is not None or window) and dropout_p == 0 and flex_attention is not None
-    if backend == 'flex' or (backend == 'auto' and auto_flex):
-        return 'flex'
-    if backend == 'manual':
-        return 'manual'
-    return 'flash' if plain else 'sdpa'
-
-
-def repeat_kv(q, k, v):
-    """Grouped-query k, v (B, Hkv, Tk, hd) repeated to q's heads: (B, H, Tk, hd) each."""
-    rep = q.size(1) // k.size(1)
-    return (k, v) if rep == 1 else (k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1))
-
-
-def mask_and_bias(q_start, Tq, k_start, Tk, slopes, window, device):
-    """The keys each query may see (Tq, Tk), and the ALiBi bias -m_h * distance (H, Tq, Tk) or None."""
-    dist = torch.arange(q_start, q_start + Tq, device=device)[:, None] - torch.arange(k_start, k_start + Tk, device=device)
-    allowed = (dist >= 0) & (dist < window) if window else dist >= 0
-    return allowed, None if slopes is None else -slopes[:, None, None] * dist
-
-
-def masked_sdpa(q, k, v, q_start, k_start, slopes, window, dropout_p):
-    """SDPA with an explicit mask (and bias) for queries at q_start.. over keys at k_start.."""
-    allowed, bias = mask_and_bias(q_start, q.size(2), k_start, k.size(2), slopes, window, q.device)
-    if bias is None:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=dropout_p)
-    # the bias in float32, and so the attention: in bf16, m_h * distance would be off by up to 2^-9 of
-    # itself (0.03 at a distance of 100 with m_h = 1/16), and SDPA's kernels take a mask of q's dtype
-    mask = bias.masked_fill(~allowed, float('-inf'))  # (H, Tq, Tk)
-    with torch.autocast(q.device.type, enabled=False):  # autocast would cast the inputs back to bf16
-        y = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask, dropout_p=dropout_p)
-    return y.to(q.dtype)
-
-
-def written_out(q, k, v, q_start, k_start, slopes, window, dropout_p, alpha):
-    """The scores in float32, masked, normalised by softmax or entmax, dropped, times v."""
-    allowed, bias = mask_and_bias(q_start, q.size(2), k_start, k.size(2), slopes, window, q.device)
-    with torch.autocast(q.device.type, enabled=False):  # scores in fp32: bf16 ones cost entmax 5x its error
-        scores = q.float() @ k.float().transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, Tq, Tk)
-    if bias is not None:
-        scores = scores + bias
-    scores = scores.masked_fill(~allowed, float('-inf'))
-    p = scores.softmax(-1) if alpha == 1.0 else Entmax.apply(scores, alpha)
-    return F.dropout(p.to(v.dtype), dropout_p, training=dropout_p > 0) @ v  # attention dropout, on the probabilities
-
-
-class Entmax(torch.autograd.Function):
-    """alpha-entmax over the last dim (Peters et al. 2019): p_i = [(alpha-1) z_i - tau]_+^(1/(alpha-1)),
-    tau such that sum p = 1; alpha = 1.5 exactly, by sorting, other alpha > 1 by bisection on tau.
-    -inf entries get exactly 0, and so does all of the row past the support (sparse attention)."""
-
-    @staticmethod
-    def forward(ctx, z, alpha):
-        p = entmax15(z) if alpha == 1.5 else entmax_bisect(z, alpha)
-        ctx.save_for_backward(p)
-        ctx.alpha = alpha
-        return p
-
-    @staticmethod
-    def backward(ctx, g):
-        # dp_i/dz_j = w_i delta_ij - w_i w_j / sum(w), w = p^(2-alpha) on the support, 0 off it
-        p, = ctx.saved_tensors
-        w = torch.where(p > 0, p ** (2 - ctx.alpha), 0.0)
-        return w * (g - (g * w).sum(-1, keepdim=True) / w.sum(-1, keepdim=True)), None
-
-
-def entmax15(z):
-    """Exact entmax-1.5: with x = z/2 sorted descending, the support is the largest k whose
-    threshold tau_k = mean_k - sqrt((1 - k (meansq_k - mean_k^2)) / k) lies below x_k."""
-    x = z / 2
-    x = x - x.max(-1, keepdim=True).values
-    xs = x.sort(-1, descending=True).values
-    k = torch.arange(1, x.size(-1) + 1, device=x.device, dtype=x.dtype)
-    mean, meansq = xs.cumsum(-1) / k, (xs * xs).cumsum(-1) / k
-    tau = mean - ((1 - k * (meansq - mean * mean)) / k).clamp(min=0).sqrt()  # nan past the -inf entries
-    support = (tau <= xs).sum(-1, keepdim=True)  # comparisons with nan are false
-    return (x - tau.gather(-1, support - 1)).clamp(min=0) ** 2
-
-
-def entmax_bisect(z, alpha, n_iter=50):
-    """alpha-entmax by bisection on tau, between max - 1 (sum >= 1) and max - (1/d)^(alpha-1) (sum <= 1)."""
-    x = z * (alpha - 1)
-    top = x.max(-1, keepdim=True).values
-    lo, hi = top - 1, top - (1 / x.size(-1)) ** (alpha - 1)
-    for _ in range(n_iter):
-        tau = (lo + hi) / 2
-        above = (x - tau).clamp(min=0).pow(1 / (alpha - 1)).sum(-1, keepdim=True) >= 1
-        lo, hi = torch.where(above, tau, lo), torch.where(above, hi, tau)
-    p = (x - lo).clamp(min=0).pow(1 / (alpha - 1))
-    return p / p.sum(-1, keepdim=True)
-
-
-def flex(q, k, v, offset, slopes=None, window=0):
-    """The same attention with FlexAttention (query i sits at key index i + offset): a block
-    mask for causality and the window, a score_mod for ALiBi. Fused only when compiled: on CUDA
-    through _compiled_flex() in eager code, or inside the caller's graph when the model is compiled."""
-    compiling = torch.compiler.is_compiling()
-    # the offset as a tensor for the compiled callable (a constant would recompile it per offset);
-    # inside a compiled model, a plain number (a tensor made in the graph is no input the kernel can take)
-    offset_t = offset if compiling else torch.tensor(offset, device=q.device)
-    score_mod = None
-    if slopes is not None:
-        def score_mod(score, b, h, qi, ki):  # -m_h * (i - j) with the query's absolute index: without
-            return score - slopes[h] * (qi + offset_t - ki)  # the offset, fp32 would carry m_h * position
-    fn = _compiled_flex() if q.is_cuda and not compiling else flex_attention
-    mask = (block_mask.__wrapped__ if compiling else block_mask)(q.size(2), k.size(2), offset, window, q.device)
-    return fn(q, k, v, score_mod=score_mod, block_mask=mask, enable_gqa=q.size(1) != k.size(1))
-
-
-@functools.lru_cache(maxsize=16)
-def block_mask(Tq, Tk, offset, window, device):
-    """Causal (and windowed) block mask, built once per shape and offset in eager code (every
-    layer and step reuses it). Inside a compiled region it is traced instead (dynamo ignores the
-    cache), and built without its own torch.compile, which dynamo cannot trace (a graph break per layer)."""
-    compiling = torch.compiler.is_compiling()
-    offset_t = offset if compiling else torch.tensor(offset, device=device)
-
-    def mask_mod(b, h, qi, ki):
-        d = qi + offset_t - ki
-        return (d >= 0) & (d < window) if window else d >= 0
-    return create_block_mask(mask_mod, None, None, Tq, Tk, device=device, _compile=device.type == 'cuda' and not compiling)
-
-
-@functools.lru_cache(maxsize=1)
-def _compiled_flex():
-    # shapes dynamic after the first change (dynamo's default), offsets as tensors: a handful of
-    # graphs serve every (B, Tq, Tk, offset). dynamic=False compiled one graph per shape and fell
-    # back to the unfused kernel (the full score matrix) after dynamo's limit of 8.
-    return torch.compile(flex_attention)
 
 
 class KVCache:

@@ -22,13 +22,11 @@ from dataclasses import fields
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
 import torch.utils.checkpoint
-from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_optimizer_state_dict,
-                                                     set_optimizer_state_dict)
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import checkpoint
+import fsdp
 import hardware
 from configurator import configure
 from eval_loss import band_means, loss_curve
@@ -109,9 +107,9 @@ if distributed:
 else:
     rank, world = 0, 1
 master = rank == 0
-fsdp = distributed and parallel == 'fsdp'
+sharded = distributed and parallel == 'fsdp'
 # evaluation is split among DDP processes; FSDP processes must all run every forward, so each does it all
-eval_rank, eval_world = (0, 1) if fsdp else (rank, world)
+eval_rank, eval_world = (0, 1) if sharded else (rank, world)
 device_type = 'cuda' if device.startswith('cuda') else device
 if dtype == 'auto':
     dtype = 'bfloat16' if device_type == 'cuda' and torch.cuda.is_bf16_supported() else 'float32'
@@ -176,7 +174,7 @@ if model_type not in checkpoint.MODELS:
 model_args = {f.name: config[f.name] if f.name in user_model_keys | {'vocab_size', 'block_size'} else f.default
               for f in fields(checkpoint.MODELS[model_type][1])}  # vocab and block size: as train.py resolved them
 start_iter, ckpt, optim_state, cpt_from = 0, None, None, None
-OPTIM_EXT = '.dcp' if fsdp else '.pt'  # the optimizer state: a folder of shards under FSDP, a file under DDP
+OPTIM_EXT = '.dcp' if sharded else '.pt'  # the optimizer state: a folder of shards under FSDP, a file under DDP
 RUNTIME = ('dropout', 'dropout_type', 'vpad_variant', 'attn_dropout', 'window', 'attn_backend', 'use_kernels')
 
 
@@ -198,7 +196,7 @@ def read_pair(step):
     every process, once their digests match the ones this checkpoint recorded)."""
     ckpt = checkpoint.load(checkpoint.step_path(out_dir, step))
     path = checkpoint.step_path(out_dir, step, 'optim', OPTIM_EXT)
-    if fsdp:
+    if sharded:
         if checkpoint.folder_digest(path) != ckpt.get('optim_digest'):
             raise ValueError(f"the files of {path} are not the ones this run wrote (their digests differ from those "
                              f"recorded in its checkpoint): refusing to read them")
@@ -213,10 +211,10 @@ if init_from == 'scratch':
 elif init_from == 'resume':
     resumable = sorted(set(checkpoint.steps(out_dir)) & set(checkpoint.steps(out_dir, 'optim', OPTIM_EXT)))
     if not resumable:
-        if set(checkpoint.steps(out_dir)) & set(checkpoint.steps(out_dir, 'optim', '.pt' if fsdp else '.dcp')):
-            raise SystemExit(f"{out_dir} was trained with parallel={'ddp' if fsdp else 'fsdp'} (its optimizer state is "
-                             f"{'one file' if fsdp else 'sharded'}): resume it "
-                             + ("without --parallel=fsdp" if fsdp else "under torchrun with --parallel=fsdp"))
+        if set(checkpoint.steps(out_dir)) & set(checkpoint.steps(out_dir, 'optim', '.pt' if sharded else '.dcp')):
+            raise SystemExit(f"{out_dir} was trained with parallel={'ddp' if sharded else 'fsdp'} (its optimizer state is "
+                             f"{'one file' if sharded else 'sharded'}): resume it "
+                             + ("without --parallel=fsdp" if sharded else "under torchrun with --parallel=fsdp"))
         raise SystemExit(f"init_from='resume' but {out_dir} holds no checkpoint with optimizer state")
     for start_iter in reversed(resumable):  # the newest complete pair that reads
         try:
@@ -276,20 +274,14 @@ say(f"{model_type}: {model.num_params() / 1e6:.2f}M parameters without embedding
 if activation_checkpointing:  # the backward pass recomputes each block (and replays its RNG: the same dropout masks)
     for block in model.layers:
         block.forward = functools.partial(torch.utils.checkpoint.checkpoint, block.forward, use_reentrant=False)
-if fsdp:  # FSDP2: each block's weights, gradients and optimizer state sharded over the processes
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-    mesh = init_device_mesh(device_type, (world,))
-    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if dtype == 'bfloat16' else MixedPrecisionPolicy()
-    for block in model.layers:
-        fully_shard(block, mesh=mesh, mp_policy=mp)
-    fully_shard(model, mesh=mesh, mp_policy=mp)
+if sharded:  # FSDP2: each block's weights, gradients and optimizer state sharded over the processes
+    fsdp.wrap(model, device_type, dtype == 'bfloat16')
 gb = {k: v / 2 ** 30 for k, v in hardware.memory_estimate(model, batch_size, block_size, dtype == 'bfloat16', activation_checkpointing,
-                                                   world if fsdp else 1, fsdp and grad_accum > 1).items()}
+                                                   world if sharded else 1, sharded and grad_accum > 1).items()}
 say(f"memory per process (estimate): weights, gradients and AdamW {gb['states']:.1f} GB + activations "
     f"{gb['activations']:.1f} GB + attention probabilities {gb['attention']:.1f} GB + logits {gb['logits']:.1f} GB "
     f"= {sum(gb.values()):.1f} GB (batch_size {batch_size} x {block_size}"
-    f"{', activation checkpointing' if activation_checkpointing else ''}{f', FSDP over {world}' if fsdp else ''})")
+    f"{', activation checkpointing' if activation_checkpointing else ''}{f', FSDP over {world}' if sharded else ''})")
 
 # AdamW: matrices decayed; norms, biases, embeddings (and parameters marked _no_weight_decay) not
 embeddings = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
@@ -303,17 +295,15 @@ say(f"weight decay {weight_decay} on {len(decay)} tensors ({sum(p.numel() for p 
 optimizer = torch.optim.AdamW([{'params': decay, 'weight_decay': weight_decay}, {'params': no_decay, 'weight_decay': 0.0}],
                               lr=learning_rate, betas=(beta1, beta2), fused=device_type == 'cuda')
 if init_from == 'resume':
-    if fsdp:  # each process reads its own shards (their digests were checked by read_pair)
-        state = {'optimizer': get_optimizer_state_dict(model, optimizer)}
-        dcp.load(state, checkpoint_id=checkpoint.step_path(out_dir, start_iter, 'optim', OPTIM_EXT))
-        set_optimizer_state_dict(model, optimizer, state['optimizer'])
+    if sharded:  # each process reads its own shards (their digests were checked by read_pair)
+        fsdp.load_optimizer(model, optimizer, checkpoint.step_path(out_dir, start_iter, 'optim', OPTIM_EXT))
     else:
         optimizer.load_state_dict(optim_state)
     del optim_state
 recent = collections.deque(ckpt_recent, maxlen=20)  # the last training losses, for the spike check
 
 raw_model = ddp = model
-if distributed and not fsdp:
+if distributed and not sharded:
     model = ddp = DDP(model, device_ids=[int(os.environ['LOCAL_RANK'])] if device_type == 'cuda' else None)
 if compile:  # after the DDP wrap, PyTorch's documented order. Dynamo's DDPOptimizer splits the graph at
     # DDP's gradient buckets so that their all-reduce overlaps the backward (in torch 2.13 it finds
@@ -344,6 +334,11 @@ def all_sum(t):
     return t
 
 
+def eval_sum(t):
+    """Sum an evaluation tally over the processes that split the evaluation (under FSDP each process does it all)."""
+    return t if sharded else all_sum(t)
+
+
 @torch.no_grad()
 def evaluate():
     """Validation loss at the training length; for lm the per-position loss (position_loss), for
@@ -355,14 +350,13 @@ def evaluate():
         with autocast:
             acc[0] += raw_model(x.to(device), y.to(device))[1].float()
         acc[1] += 1
-    if not fsdp:
-        all_sum(acc)
+    eval_sum(acc)
     result = {'val_loss': (acc[0] / acc[1]).item()}
     if eval_lengths:
-        if fsdp:  # the embedding and the head live outside the blocks: gather them for the cache paths
+        if sharded:  # the embedding and the head live outside the blocks: gather them for the cache paths
             raw_model.unshard()
         result.update(position_loss() if task == 'lm' else task_accuracy())
-        if fsdp:
+        if sharded:
             raw_model.reshard()
     raw_model.train()
     return result
@@ -377,8 +371,7 @@ def position_loss():
         return {}
     total, n = loss_curve(raw_model, windows[eval_rank::eval_world], block_size, device, autocast)
     total = torch.cat([total, torch.tensor([float(n)], device=device)])  # per position, then the count
-    if not fsdp:
-        all_sum(total)
+    eval_sum(total)
     edges = [min(eval_lengths) // 2] + sorted(eval_lengths)
     return {'position_loss': band_means(total[:-1] / total[-1], edges), 'windows': len(windows)}
 
@@ -389,8 +382,7 @@ def task_accuracy():
     with autocast:
         correct = correct_answers(train_data, raw_model, eval_lengths, task_eval_samples, seed, device, rank=eval_rank,
                                   world=eval_world)
-    if not fsdp:
-        all_sum(correct)
+    eval_sum(correct)
     correct = (correct / task_eval_samples).tolist()
     return {'accuracy': {str(L): c[0] for L, c in zip(eval_lengths, correct)},
             'token_accuracy': {str(L): c[1] for L, c in zip(eval_lengths, correct)}}
@@ -401,17 +393,10 @@ def save_checkpoint(it):
     beside it (only the newest): optim_{it}.pt, or under FSDP a folder optim_{it}.dcp of each
     process's shards. Both written to a temporary name, then renamed."""
     extra = {}
-    if fsdp:  # the whole model gathered on the first process; the optimizer saved in shards by all
-        state = get_model_state_dict(raw_model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        first = {}  # tied weights (wte, lm_head) come back gathered twice: keep one, as state_dict() does
-        for name, p in raw_model.named_parameters(remove_duplicate=False):
-            if name in state:
-                state[name] = state[first.setdefault(id(p), name)]
+    if sharded:  # the whole model gathered; the optimizer saved in shards by every process
+        state = fsdp.model_state(raw_model)
         tmp = checkpoint.step_path(out_dir, it, 'optim', OPTIM_EXT) + '.tmp'
-        dcp.save({'optimizer': get_optimizer_state_dict(raw_model, optimizer)}, checkpoint_id=tmp)
-        dist.barrier()
-        # DCP reads its files with pickle: resume checks them against these digests, kept in a weights_only file
-        extra['optim_digest'] = checkpoint.folder_digest(tmp) if master else None
+        extra['optim_digest'] = fsdp.save_optimizer(raw_model, optimizer, tmp)
     else:
         state = raw_model.state_dict()
     if not master:
@@ -420,13 +405,13 @@ def save_checkpoint(it):
                      'tokenizer': train_data.meta['tokenizer'], 'step': it, 'config': config, 'cpt_from': cpt_from,
                      'recent_losses': list(recent), **extra}, checkpoint.step_path(out_dir, it))
     optim_path = checkpoint.step_path(out_dir, it, 'optim', OPTIM_EXT)
-    if fsdp:
+    if sharded:
         checkpoint.replace_folder(tmp, optim_path)
     else:
         checkpoint.save({'optimizer': optimizer.state_dict(), 'step': it}, optim_path)
     for old in checkpoint.steps(out_dir, 'optim', OPTIM_EXT)[:-1]:  # only now that the new pair is complete
         old = checkpoint.step_path(out_dir, old, 'optim', OPTIM_EXT)
-        shutil.rmtree(old) if fsdp else os.remove(old)
+        shutil.rmtree(old) if sharded else os.remove(old)
     for old in checkpoint.steps(out_dir)[:-keep_last] if keep_last else []:
         os.remove(checkpoint.step_path(out_dir, old))
     print(f"saved {checkpoint.step_path(out_dir, it)}", flush=True)
@@ -479,7 +464,7 @@ def forward_backward(it, backward=True):
         torch.manual_seed(hash((seed, it, j)) % 2 ** 62)
         x, y = train_data.batch(batch_size, block_size, batch_rng(seed, 0, it, j))
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        if backward and fsdp:  # reduce the gradients on the last micro-step only (set in a no-grad
+        if backward and sharded:  # reduce the gradients on the last micro-step only (set in a no-grad
             raw_model.set_requires_gradient_sync(micro == grad_accum - 1)  # forward, it aborts gloo at exit)
         elif backward and distributed:
             ddp.require_backward_grad_sync = micro == grad_accum - 1

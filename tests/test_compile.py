@@ -7,8 +7,10 @@ import pytest
 import torch
 import torch._dynamo.utils
 
+import attention
 import model
-from model import alibi_slopes, flex
+from attention import flex
+from model import alibi_slopes
 
 
 def test_compiled_flex_stays_fused_over_many_eval_shapes(monkeypatch):
@@ -16,7 +18,7 @@ def test_compiled_flex_stays_fused_over_many_eval_shapes(monkeypatch):
     shapes. Each used to be its own graph, and past dynamo's recompile limit (8) flex ran
     unfused, building the full score matrix. Twelve shapes must all run compiled."""
     torch._dynamo.reset()
-    monkeypatch.setattr(model, 'flex_attention', model._compiled_flex())  # the CUDA callable, on CPU
+    monkeypatch.setattr(attention, 'flex_attention', attention._compiled_flex())  # the CUDA callable, on CPU
     torch._dynamo.utils.counters.clear()
     torch.manual_seed(0)
     slopes = alibi_slopes(2, 'nape')
@@ -26,7 +28,7 @@ def test_compiled_flex_stays_fused_over_many_eval_shapes(monkeypatch):
                        (64, 384), (96, 448), (64, 512), (128, 576)]:
             q, k, v = torch.randn(1, 2, Tq, 16), torch.randn(1, 2, Tk, 16), torch.randn(1, 2, Tk, 16)
             out = flex(q, k, v, Tk - Tq, slopes, 0)
-            torch.testing.assert_close(out, model.attention(q, k, v, Tk - Tq, 0, slopes), atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(out, attention.attention(q, k, v, Tk - Tq, 0, slopes), atol=1e-5, rtol=1e-5)
     frames = torch._dynamo.utils.counters['frames']
     assert frames['total'] == frames['ok'] and frames['ok'] <= 6, dict(frames)  # every call compiled, few graphs
     assert not [w for w in caught if 'without torch.compile' in str(w.message)]  # never the unfused fallback
@@ -102,14 +104,14 @@ def test_flex_model_compiles_to_one_graph(monkeypatch):
             out = torch.compile(m, fullgraph=True, backend='aot_eager')(idx, idx)[1]
         torch.testing.assert_close(out, m(idx, idx)[1], atol=1e-5, rtol=1e-5)
 
-    asked, real_mask, real_tensor = [], model.create_block_mask, torch.tensor
-    monkeypatch.setattr(model, 'create_block_mask', lambda *args, device, _compile, **kw: (
+    asked, real_mask, real_tensor = [], attention.create_block_mask, torch.tensor
+    monkeypatch.setattr(attention, 'create_block_mask', lambda *args, device, _compile, **kw: (
         asked.append(_compile), real_mask(*args, device='cpu', _compile=False, **kw))[1])
     monkeypatch.setattr(torch, 'tensor', lambda data, device=None: real_tensor(data))  # no CUDA tensors here
     cuda = torch.device('cuda')
-    model.block_mask.cache_clear()
-    model.block_mask(16, 16, 0, 0, cuda)  # eager: compiled by create_block_mask itself
-    torch.compile(lambda: model.block_mask(16, 16, 0, 0, cuda).kv_num_blocks, fullgraph=True, backend='eager')()
-    model.block_mask.cache_clear()
+    attention.block_mask.cache_clear()
+    attention.block_mask(16, 16, 0, 0, cuda)  # eager: compiled by create_block_mask itself
+    torch.compile(lambda: attention.block_mask(16, 16, 0, 0, cuda).kv_num_blocks, fullgraph=True, backend='eager')()
+    attention.block_mask.cache_clear()
     assert asked == [True, False]
     torch._dynamo.reset()

@@ -7,7 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from model import Attention, Entmax, Transformer, TransformerConfig, alibi_slopes, attention, entmax15, entmax_bisect
+from attention import Entmax, attention, entmax15, entmax_bisect
+from model import Attention, Transformer, TransformerConfig, alibi_slopes
 
 entmax = pytest.importorskip('entmax')
 
@@ -144,13 +145,13 @@ def test_scores_in_float32_under_bf16_autocast():
 def test_query_slices_count_the_batch(monkeypatch):
     """The scores entmax sorts are bounded per slice, the batch included (it used to be left out:
     B x the bound at the paper's batch of 16, 4 GiB of sort indices alone); slices change nothing."""
-    import model
+    import attention as attention_module
     torch.manual_seed(0)
     q, k, v = torch.randn(3, 4, 64, 8), torch.randn(3, 2, 64, 8), torch.randn(3, 2, 64, 8)
     slopes = alibi_slopes(4, 'nape')
     whole = attention(q, k, v, 0, 0, slopes, alpha=1.5)
     sizes, apply = [], Entmax.apply
-    monkeypatch.setattr(model, 'SCORE_ENTRIES', 3 * 4 * 16 * 64)  # 16 query rows of the whole batch
+    monkeypatch.setattr(attention_module, 'SCORE_ENTRIES', 3 * 4 * 16 * 64)  # 16 query rows of the whole batch
     monkeypatch.setattr(Entmax, 'apply', lambda z, alpha: (sizes.append(z.numel()), apply(z, alpha))[1])
     torch.testing.assert_close(attention(q, k, v, 0, 0, slopes, alpha=1.5), whole, atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(whole.double(), entmax_reference(q, k, v, slopes), atol=1e-5, rtol=1e-5)

@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from conftest import ROOT
-from model import Transformer, TransformerConfig, alibi_slopes, apply_rope, attention, flex, rope_cos_sin
+from attention import attention, flex
+from model import Transformer, TransformerConfig, alibi_slopes, apply_rope, rope_cos_sin
 
 SMALL = dict(vocab_size=61, block_size=64, n_layer=2, n_head=4, n_embd=32)
 

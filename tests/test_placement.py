@@ -10,7 +10,8 @@ import torch.nn.functional as F
 
 import dropout
 from mamba import Mamba2, Mamba2Config
-from model import Transformer, TransformerConfig, attention
+from attention import attention
+from model import Transformer, TransformerConfig
 
 P = 0.3
 MODELS = {

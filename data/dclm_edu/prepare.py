@@ -19,8 +19,9 @@ import sys
 
 from tqdm import tqdm
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..'))
-from tokens import ShardWriter, add_stream_args, open_stream  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..'))  # tokens.py
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))  # data/stream.py
+from stream import ShardWriter, add_stream_args, open_stream  # noqa: E402
 
 
 def main():
