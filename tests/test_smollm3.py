@@ -1,9 +1,11 @@
 """SmolLM3 through model.py: parity with transformers' SmolLM3 on a tiny random model loaded from
 one saved folder (sharded safetensors), sliding windows both ways, the export round trip, the
-3B parameter count, and the errors."""
+3B parameter count, and the errors; export_hf.py on a small-vocabulary checkpoint (its token ids
+inside the vocabulary, equal logits in transformers) and its refusal of what SmolLM3 cannot hold."""
 
 import json
 import os
+import re
 import shutil
 
 import pytest
@@ -183,3 +185,74 @@ def test_continued_pretraining_resumes_with_its_own_command(tmp_path):
     # a model key that CPT cannot change is refused on resume too, by name
     r = run_train(*args, f'--out_dir={tmp_path / "cut"}', '--init_from=resume', '--n_layer=3')
     assert r.returncode != 0 and 'sets n_layer = 3 (the checkpoint has 4)' in r.stderr
+
+
+def save_ckpt(path, **changes):
+    """A tiny from-scratch transformer checkpoint with the byte tokenizer: SmolLM3-shaped by default
+    (SwiGLU, RMSNorm, GQA, three RoPE layers and a NoPE one), its norms randomised."""
+    from dataclasses import asdict
+    torch.manual_seed(0)
+    config = TransformerConfig(**{**dict(vocab_size=257, n_layer=4, n_head=4, n_kv_head=2, n_embd=32, mlp='swiglu',
+                                         pos_encoding=['rope', 'rope', 'rope', 'nope'], window=[8, 8, 8, 0],
+                                         rope_theta=5e5, norm_eps=1e-6), **changes})
+    model = Transformer(config)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if 'norm' in name:
+                p.uniform_(0.5, 1.5)
+    checkpoint.save({'model': model.state_dict(), 'model_type': 'transformer', 'model_args': asdict(config),
+                     'tokenizer': {'kind': 'byte'}, 'step': 3, 'config': {}}, str(path))
+    return str(path)
+
+
+def run_export(*args):
+    import subprocess
+    import sys
+    from conftest import ROOT
+    return subprocess.run([sys.executable, 'export_hf.py', *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def test_export_of_a_small_vocabulary_loads_in_transformers(tmp_path):
+    """transformers' SmolLM3 defaults are the 3B model's token ids (pad 128004), and it makes
+    pad_token_id the embedding's padding_idx: without ids of its own, a 257-token export failed
+    from_pretrained with "Padding_idx must be within num_embeddings"."""
+    path = save_ckpt(tmp_path / 'ckpt_000003.pt')
+    r = run_export(f'--ckpt={path}', f'--out={tmp_path / "export"}', '--dtype=float32')
+    assert r.returncode == 0, r.stderr
+    assert 'no source folder (none)' in r.stdout
+    hf = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / 'export')).eval()
+    ours = checkpoint.load_model(path)[0]
+    idx = torch.randint(0, 257, (2, 40))
+    with torch.no_grad():
+        assert (hf(idx).logits - ours(idx, idx)[0]).abs().max().item() <= 1e-4
+    cfg = json.loads((tmp_path / 'export' / 'config.json').read_text())
+    assert cfg['vocab_size'] == 257 and {k: cfg.get(k, 'absent') for k in ('bos_token_id', 'eos_token_id', 'pad_token_id')} \
+        == {'bos_token_id': None, 'eos_token_id': None, 'pad_token_id': None}
+    assert hf.model.embed_tokens.padding_idx is None and hf.config.layer_types == ['sliding_attention'] * 3 + ['full_attention']
+    # a source's ids are kept where they name tokens of this vocabulary, and dropped where they do not
+    source = tmp_path / 'source'
+    source.mkdir()
+    (source / 'config.json').write_text(json.dumps({'bos_token_id': 256, 'eos_token_id': [256, 128001], 'pad_token_id': 128004}))
+    save_smollm3(ours, str(tmp_path / 'again'), source_dir=str(source), dtype=torch.float32)
+    cfg = json.loads((tmp_path / 'again' / 'config.json').read_text())
+    assert (cfg['bos_token_id'], cfg['eos_token_id'], cfg['pad_token_id']) == (256, [256], None)
+    transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / 'again'))
+
+
+def test_export_refuses_what_smollm3_cannot_hold(tmp_path):
+    """A NAPE checkpoint (the paper's own models) is refused in one line that points at eval_lm.py,
+    before anything is written; and every other difference is named."""
+    nape = save_ckpt(tmp_path / 'nape.pt', pos_encoding='nape', window=0)
+    r = run_export(f'--ckpt={nape}', f'--out={tmp_path / "export"}')
+    assert r.returncode != 0 and 'Traceback' not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert f"cannot export {nape}: SmolLM3's layout needs" in r.stderr and "this model has pos_encoding ['nape']" in r.stderr
+    assert f'python eval_lm.py --ckpt={nape}' in r.stderr and not os.path.exists(tmp_path / 'export')
+    for changes, named in [(dict(attn_alpha=1.5), 'attn_alpha=1.5 (entmax)'),
+                           (dict(attn_alpha=1.5, attn_scale='adaptive', pos_encoding='rope'), "attn_scale='adaptive'"),
+                           (dict(pos_encoding='learned'), "pos_encoding ['learned']"),
+                           (dict(pos_encoding='alibi', norm='layernorm', mlp='gelu'), "mlp='gelu', norm='layernorm'"),
+                           (dict(window=[8, 16, 8, 0]), 'windows [8, 16]')]:
+        model = checkpoint.load_model(save_ckpt(tmp_path / 'x.pt', **changes))[0]
+        with pytest.raises(ValueError, match=re.escape(named)):
+            save_smollm3(model, str(tmp_path / 'x'))
+        assert not os.path.exists(tmp_path / 'x') and not os.path.exists(tmp_path / 'x.tmp')

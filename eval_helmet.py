@@ -1,0 +1,127 @@
+"""
+HELMET's synthetic recall category (princeton-nlp/HELMET, configs/recall.yaml and
+recall_short.yaml): JSON KV and RULER's MK-2, MK-3 and MV, generated offline with the model's own
+tokenizer (helmet.py, over ruler.py's generators), in HELMET's prompts for a base model, greedy
+answers of at most 50 (MK-2, MV) or 100 (MK-3, JSON KV) tokens, scored as HELMET (ruler_recall;
+substring_exact_match for JSON KV) and averaged per length into "Recall", printed in the layout
+of HELMET's scripts/collect_results.py.
+
+    python eval_helmet.py --ckpt=out/quickstart/ckpt_000488.pt --lengths="[8192, 16384]" --samples=5
+    python eval_helmet.py --ckpt=... --tasks="['json_kv', 'ruler_niah_mk_2']"
+
+tasks: a list of HELMET dataset names (helmet.TASKS), or 'recall' for all four.
+Data: MK-2's keys from wonderwords' lists; MV's essay haystack: Paul Graham's essays in RULER's
+order (--essay, python data/ruler/prepare.py) or else Shakespeare's plays, said in the output and
+the JSON; MK-3 and JSON KV need none. A task
+whose data is missing is skipped and named; a length too short for a task is left out, and said.
+Writes <ckpt>_helmet.jsonl (every sample; an interrupted run continues) and <ckpt>_helmet.json.
+"""
+
+import json
+import os
+import sys
+from contextlib import nullcontext
+
+import torch
+from tqdm import tqdm
+
+import helmet
+import ruler
+
+
+def evaluate(model, tokenizer, results, tasks, lengths, samples, seed, data, device='cpu', chunk_size=1024,
+             autocast=None, say=print):
+    """Run every sample not yet in results (a ruler.Results) -> {'scores': {task: {length: metric
+    x100}} (nan where it did not run), 'recall': {length: the mean over the tasks that ran},
+    'tasks_averaged', 'empty': {task: {length: empty outputs}}, 'skipped': {task: why the data is
+    missing}, 'too_short': {task/length: why}, 'stand_in_haystack': {task: what its essay is instead}}."""
+    skipped = {t: why for t in tasks if (why := helmet.missing(t, data))}
+    for why in skipped.values():
+        say(f"skipped {why}")
+    ran = [t for t in tasks if t not in skipped]
+    sizes, too_short = {}, {}
+    for task in ran:  # a length too short for a task is said before any sample runs, and left out
+        for L in lengths:
+            try:
+                helmet.sample(task, tokenizer, L, 'check', seed, data, sizes)
+            except ValueError as e:
+                too_short[(task, L)] = str(e)
+                say(f"not run: {task} at {L} tokens: {e}")
+    if ran and len(too_short) == len(ran) * len(lengths):
+        raise SystemExit("no task fits any of the lengths: ask for longer ones")
+    jobs = [(t, L, i) for t in ran for L in lengths for i in range(samples) if (t, L) not in too_short]
+    for task, L, i in tqdm(jobs, desc='HELMET recall', unit='sample'):
+        id = f"{task}/{L}/{i}"
+        if id in results:
+            continue
+        fields, text = helmet.sample(task, tokenizer, L, id, seed, data, sizes, index=i)
+        output = ruler.predict(model, tokenizer, text, helmet.TASKS[task][1], device, chunk_size, autocast)
+        value, prediction = helmet.score(task, fields, output)
+        results.add({'id': id, 'task': task, 'length': L, 'tokens': len(tokenizer.encode(text)),
+                     'depth': fields.get('depth'), 'answers': fields['answer'], 'output': output,
+                     'prediction': prediction, 'score': value})
+    rows = [r for r in results.rows.values() if r['task'] in ran and r['length'] in lengths]
+
+    def cell(t, L):
+        return [r for r in rows if r['task'] == t and r['length'] == L and int(r['id'].rsplit('/', 1)[1]) < samples]
+    scores = {t: {L: helmet.mean100([r['score'] for r in cell(t, L)]) for L in lengths} for t in ran}
+    return {'scores': scores, 'recall': {L: helmet.recall(scores, L) for L in lengths},
+            'tasks_averaged': {L: sum((t, L) not in too_short for t in ran) for L in lengths},
+            'empty': {t: {L: sum(r['output'].strip() == '' for r in cell(t, L)) for L in lengths} for t in ran},
+            'skipped': skipped, 'too_short': {f"{t}/{L}": why for (t, L), why in too_short.items()},
+            'stand_in_haystack': {t: data.stand_in for t in ran if data.stand_in and on_essay(t)}}
+
+
+def on_essay(task):
+    """Whether the task's haystack is RULER's essay (MV)."""
+    return bool(helmet.TASKS[task][0]) and ruler.TASKS[helmet.TASKS[task][0]][1].get('type_haystack') == 'essay'
+
+
+def task_list(tasks):
+    names = list(helmet.TASKS) if tasks == 'recall' else [tasks] if isinstance(tasks, str) else list(tasks)
+    unknown = [t for t in names if t not in helmet.TASKS]
+    if unknown:
+        raise SystemExit(f"unknown HELMET recall task {unknown[0]!r}: the tasks are {', '.join(helmet.TASKS)}, "
+                         f"or 'recall' for all four")
+    return names
+
+
+if __name__ == '__main__':
+    import checkpoint
+    from configurator import configure
+
+    # -------------------------------------------------------------------------
+    ckpt = ''  # a checkpoint file or a weights folder
+    tasks: str | list = 'recall'  # HELMET dataset names, or 'recall' for all four
+    lengths = list(helmet.LENGTHS)  # prompt + tokens to generate, in the model's tokens (HELMET: 8K to 128K)
+    samples = helmet.SAMPLES  # per task and length (HELMET's max_test_samples: 100)
+    seed = 42
+    essay = ruler.ESSAY  # MV's haystack: Paul Graham's essays in RULER's order (python data/ruler/prepare.py); else Shakespeare
+    window: int | list | None = None  # replaces the model's sliding windows (e.g. the paper's "SW" without CPT)
+    chunk_size = 1024  # prefill chunk
+    out = ''  # output prefix; default: the checkpoint's path without .pt, plus _helmet
+    device = 'cuda' if torch.cuda.is_available() else 'cpu'
+    dtype = 'bfloat16' if torch.cuda.is_available() else 'float32'
+    # -------------------------------------------------------------------------
+    globals().update(configure(globals(), sys.argv[1:]))
+    names = task_list(tasks)
+    if not ckpt:
+        raise SystemExit("give a checkpoint: --ckpt=out/quickstart/ckpt_000488.pt (or a weights folder)")
+    autocast = torch.autocast(device.split(':')[0], dtype=torch.bfloat16) if dtype == 'bfloat16' else nullcontext()
+    out = out or ckpt.removesuffix('.pt').rstrip('/') + '_helmet'
+    model, tokenizer, info = checkpoint.load_for_eval(ckpt, device, 'HELMET recall', window)
+    checkpoint.check_length(model, max(lengths), ckpt)
+
+    data = ruler.Data(essay=essay)
+    r = evaluate(model, tokenizer, ruler.Results(out + '.jsonl'), names, lengths, samples, seed,
+                 data, device, chunk_size, autocast)
+    print(f"\nHELMET recall ({samples} samples per task and length; ruler_recall, JSON KV substring_exact_match; x100)")
+    print(helmet.table(r['scores'], lengths, os.path.basename(ckpt.rstrip('/'))))
+    print("empty outputs: " + '; '.join(f"{t} " + ' '.join(str(n) for n in row.values()) for t, row in r['empty'].items()))
+    if r['skipped']:
+        print(f"not run: {', '.join(r['skipped'])} (their data is missing; see above)")
+    if r['stand_in_haystack']:
+        print(f"on a stand-in haystack: {', '.join(r['stand_in_haystack'])}: {data.stand_in}")
+    with open(out + '.json', 'w') as f:
+        json.dump({'ckpt': ckpt, 'step': info['step'], 'tasks': names, 'samples': samples, 'seed': seed, **r}, f, indent=2)
+    print(f"wrote {out}.json and {out}.jsonl")
