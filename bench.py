@@ -166,7 +166,7 @@ if __name__ == '__main__':
     model_type = 'transformer'  # or 'mamba2'
     for _f in (f for _, cfg in checkpoint.MODELS.values() for f in fields(cfg)):
         globals().setdefault(_f.name, _f.default)
-        __annotations__.setdefault(_f.name, _f.type)
+        globals().setdefault('__annotations__', {}).setdefault(_f.name, _f.type)  # (no annotations of its own)
     vocab_size = 320  # the byte tokenizer's 257, rounded up
     n_layer, n_head, n_embd = 4, 4, 128
     d_state, headdim, chunk_size = 64, 32, 64

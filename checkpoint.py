@@ -19,7 +19,6 @@ import os
 import pickle
 import re
 import shutil
-from dataclasses import asdict
 
 import torch
 
@@ -107,10 +106,6 @@ def step_path(out_dir, step, prefix='ckpt', ext='.pt'):
     return os.path.join(out_dir, f'{prefix}_{step:06d}{ext}')
 
 
-def model_args(model):
-    return asdict(model.config)
-
-
 def build_model(model_type, args):
     if model_type not in MODELS:
         raise ValueError(f"unknown model_type {model_type!r}; choose one of {list(MODELS)}")
@@ -118,10 +113,36 @@ def build_model(model_type, args):
     return cls(config_cls(**args))
 
 
+HUB_ID = re.compile(r'[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w./-]+)?')
+
+
+def hub_id(path):
+    """Whether path reads as a Hugging Face repo id (org/name[@revision]) rather than a local path."""
+    return not os.path.exists(path) and bool(HUB_ID.fullmatch(path)) and not path.endswith('.pt')
+
+
+def local(path):
+    """A local path as it is; a Hugging Face repo id (HuggingFaceTB/SmolLM3-3B,
+    state-spaces/mamba2-1.3b, optionally @revision) as the folder of its files in the hub's
+    cache, downloaded the first time (huggingface_hub: its cache, HF_HUB_OFFLINE=1 honoured)."""
+    if not hub_id(path):
+        return path
+    repo, _, revision = path.partition('@')
+    try:
+        from huggingface_hub import snapshot_download
+        return snapshot_download(repo, revision=revision or None,
+                                 allow_patterns=['*.json', '*.safetensors', '*.bin', '*.txt', '*.model'])
+    except Exception as e:  # offline and not cached, no such repo, no huggingface_hub: say what to do
+        raise ValueError(f"{path} is no local file or folder, and the hub's copy is not at hand ({type(e).__name__}): "
+                         f"download it once online (huggingface-cli download {repo}"
+                         f"{f' --revision {revision}' if revision else ''}), or give a local folder") from None
+
+
 def load_any(path):
     """A checkpoint file, or a folder of released weights (transformers' SmolLM3; state-spaces'
-    or transformers' Mamba2), as a checkpoint dict: model, model_type, model_args, tokenizer
-    (None if the folder has no tokenizer.json), step."""
+    or transformers' Mamba2; or their Hugging Face repo id, see local), as a checkpoint dict:
+    model, model_type, model_args, tokenizer (None if the folder has no tokenizer.json), step."""
+    path = local(path)
     if not os.path.isdir(path):
         ckpt = load(path)
         if not isinstance(ckpt, dict) or 'model' not in ckpt or 'model_type' not in ckpt:
@@ -252,12 +273,33 @@ def save_smollm3(model, folder, source_dir=None, shard_bytes=5 * 2 ** 30, dtype=
     from safetensors.torch import save_file
     c = model.config
     pos, windows = c.layer_pos_encodings(), c.layer_windows()
-    if c.mlp != 'swiglu' or c.norm != 'rmsnorm' or c.bias or set(pos) - {'rope', 'nope'} or len(set(windows) - {0}) > 1:
-        raise ValueError("SmolLM3's layout needs SwiGLU, RMSNorm, no biases, RoPE or NoPE layers and one window size")
+    # everything transformers' SmolLM3 would silently compute differently (its attention is
+    # softmax without a query scale; the scale's weights would be dropped as unexpected keys)
+    problems = [what for what, bad in (
+        (f"mlp={c.mlp!r}", c.mlp != 'swiglu'), (f"norm={c.norm!r}", c.norm != 'rmsnorm'), ('biases', c.bias),
+        (f"pos_encoding {sorted(set(pos) - {'rope', 'nope'})}", set(pos) - {'rope', 'nope'}),
+        (f"windows {sorted(set(windows) - {0})}", len(set(windows) - {0}) > 1),
+        (f"attn_alpha={c.attn_alpha} (entmax)", c.attn_alpha != 1), (f"attn_scale={c.attn_scale!r}", c.attn_scale != 'none'))
+        if bad]
+    if problems:
+        raise ValueError("SmolLM3's layout needs SwiGLU, RMSNorm, no biases, RoPE or NoPE layers, one window size and "
+                         f"softmax attention without a query scale; this model has {', '.join(problems)}")
     source = {}
     if source_dir and os.path.exists(os.path.join(source_dir, "config.json")):
         with open(os.path.join(source_dir, "config.json")) as f:
             source = json.load(f)
+
+    def token_id(key):
+        """The source's id if it names a token of this vocabulary, else None; always written, as
+        transformers' defaults are the 3B vocabulary's ids and its pad_token_id becomes the
+        embedding's padding_idx, which must lie inside the vocabulary. None it accepts: no padding
+        row (ours has none); lm-eval's HF model pads with the tokenizer's own token."""
+        def inside(i):
+            return type(i) is int and 0 <= i < c.vocab_size
+        v = source.get(key)
+        if isinstance(v, list):  # several eos ids
+            return [i for i in v if inside(i)] or None
+        return v if inside(v) else None
     W = max(windows)
     cfg = {'architectures': ['SmolLM3ForCausalLM'], 'model_type': 'smollm3', 'vocab_size': c.vocab_size,
            'hidden_size': c.n_embd, 'intermediate_size': c.ffn_dim or 4 * c.n_embd, 'num_hidden_layers': c.n_layer,
@@ -268,7 +310,7 @@ def save_smollm3(model, folder, source_dir=None, shard_bytes=5 * 2 ** 30, dtype=
            'layer_types': ['sliding_attention' if w else 'full_attention' for w in windows],
            'max_position_embeddings': source.get('max_position_embeddings', c.block_size),
            'tie_word_embeddings': c.tie_embeddings, 'torch_dtype': str(dtype).removeprefix('torch.'),
-           **{k: source[k] for k in ('bos_token_id', 'eos_token_id', 'pad_token_id') if k in source}}
+           **{k: token_id(k) for k in ('bos_token_id', 'eos_token_id', 'pad_token_id')}}
     tmp = folder.rstrip('/') + '.tmp'
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)

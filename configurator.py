@@ -9,11 +9,14 @@ overrides follow (value parsed as a Python literal, else taken as a string). Unl
 an unknown key, in a file or on the command line, is an error that names it; a value of the
 wrong type is an error (an int is fine for a float, a tuple for a list); a global annotated with
 a type (`window: int | list = 0`) accepts exactly that type. A config file may import another
-(`from configs.scratch import *`).
+(`from configs.scratch import *`). `--help` lists the keys, their defaults and comments.
 """
 
 import ast
 import difflib
+import os
+import re
+import sys
 import types
 import typing
 
@@ -53,11 +56,38 @@ def _unknown(key, known, where):
     return SystemExit(f"config error ({where}): unknown config key {key!r}{hint}")
 
 
-def configure(namespace, argv, lenient_files=False, given=None):
+def comments(path):
+    """{key: its comment} from the lines `key = default  # comment` (or `key: type = ...`) of a
+    source file: what --help prints beside each key."""
+    with open(path, encoding='utf-8') as f:
+        lines = f.read().splitlines()
+    pattern = re.compile(r"^\s*([A-Za-z]\w*)\s*(?::[^=]+)?=.*?\s#\s*(.*)$")
+    return {m.group(1): m.group(2) for m in map(pattern.match, lines) if m}
+
+
+def print_help(namespace, sources=()):
+    """Every key of the script with its default and its comment (from the script's source and
+    `sources`, e.g. the model files whose config fields train.py takes as keys), then exit."""
+    script = namespace.get('__file__', sys.argv[0])
+    notes = {}
+    for path in (*sources, script):
+        notes.update(comments(path))
+    print(f"usage: python {os.path.relpath(script)} [config.py ...] [--key=value ...]\n\n"
+          f"config files (plain Python) first, then --key=value (a Python literal, else a string); the keys:")
+    for key, value in config_keys(namespace).items():
+        print(f"  --{key}={value!r}" + (f"  # {notes[key]}" if key in notes else ''))
+    raise SystemExit(0)
+
+
+def configure(namespace, argv, lenient_files=False, given=None, help_sources=()):
     """Resolve the config: the script's defaults, then config files, then --key=value. -> dict
     lenient_files: skip the keys of config files that this script does not have (a bench or an
     eval reading a training config); unknown keys on the command line are still errors.
-    given: a set that receives the keys a file or the command line set (to a default or not)."""
+    given: a set that receives the keys a file or the command line set (to a default or not).
+    --help (or -h) prints every key with its default and comment and exits; help_sources: other
+    files that describe some of the keys."""
+    if '--help' in argv or '-h' in argv:
+        print_help(namespace, help_sources)
     given = set() if given is None else given
     config = config_keys(namespace)
     annotations = namespace.get('__annotations__', {})

@@ -7,6 +7,10 @@ transformers' Mamba2 (needs `transformers`).
     lm_eval --model hf --model_args pretrained=exports/smollm3_pl_d,dtype=bfloat16 \\
         --tasks arc_easy,arc_challenge,hellaswag,piqa,winogrande,openbookqa,boolq,lambada_openai --batch_size 8
 
+A transformer that SmolLM3's layout cannot hold (NAPE or ALiBi, learned positions, entmax or a
+query scale, LayerNorm, GELU, biases, windows of several sizes) is refused before anything is
+written: evaluate it where it is, with eval_lm.py (lm-eval over our own model class).
+
 source: the folder of the released weights, for the tokenizer files and token ids; default: the
 run's init_from when that was a folder.
 """
@@ -22,21 +26,35 @@ from configurator import configure
 
 ckpt = ''  # a checkpoint file
 out = ''  # the folder to write
-source = ''  # default: the checkpoint's init_from, if a folder
-dtype = 'bfloat16'  # of the written weights
+source = ''  # the released weights' folder or hub name (tokenizer files, token ids); default: the run's init_from
+dtype = 'bfloat16'  # of the written weights: bfloat16, float16 or float32
 globals().update(configure(globals(), sys.argv[1:]))
 if not ckpt or not out:
     raise SystemExit("give --ckpt=<checkpoint file> and --out=<folder>")
-model, _, info = checkpoint.load_model(ckpt)
+if dtype not in ('bfloat16', 'float16', 'float32'):
+    raise SystemExit(f"--dtype must be bfloat16, float16 or float32, got {dtype!r}")
+try:
+    model, _, info = checkpoint.load_model(ckpt)
+except (OSError, RuntimeError, ValueError) as e:
+    raise SystemExit(f"cannot load {ckpt}: {e}")
 source = source or info.get('config', {}).get('init_from', '')
-if not os.path.isdir(source):
-    print(f"note: no source folder ({source or 'none'}): the export has no tokenizer files; give --source=<weights folder>")
-    source = None
+if source and checkpoint.hub_id(source):  # a hub name: its cached folder
+    try:
+        source = checkpoint.local(source)
+    except ValueError as e:
+        raise SystemExit(f"--source: {e}")
+given, source = source, (source if os.path.isdir(source) else None)
 if info['model_type'] == 'mamba2':
     checkpoint.to_transformers(model).to(getattr(torch, dtype)).save_pretrained(out)
     for name in ('tokenizer.json', 'tokenizer_config.json', 'special_tokens_map.json'):
         if source and os.path.exists(os.path.join(source, name)):
             shutil.copy(os.path.join(source, name), out)
 else:
-    checkpoint.save_smollm3(model, out, source, dtype=getattr(torch, dtype))
+    try:  # the layout is checked before anything is written
+        checkpoint.save_smollm3(model, out, source, dtype=getattr(torch, dtype))
+    except ValueError as e:
+        raise SystemExit(f"cannot export {ckpt}: {e}. Evaluate it with eval_lm.py instead: "
+                         f"python eval_lm.py --ckpt={ckpt} --tasks=arc_easy,...")
+if not source:
+    print(f"note: no source folder ({given or 'none'}): the export has no tokenizer files; give --source=<weights folder>")
 print(f"wrote {out} (step {info['step']} of {ckpt})")

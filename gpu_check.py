@@ -31,6 +31,7 @@ import bench
 import checkpoint
 import mamba
 import hardware
+import attention as attention_py
 import model as model_py
 from configurator import configure
 
@@ -114,8 +115,8 @@ def _():
                 s = q.double() @ k.double().transpose(-2, -1) / hd ** 0.5 - slopes.double()[:, None, None] * dist
                 ref = s.masked_fill(~((dist >= 0) & (dist < w) if w else dist >= 0), float('-inf')).softmax(-1) @ v.double()
                 errs = {name: ((y.double() - ref).abs().max() / ref.abs().max()).item() for name, y in
-                        (('flex', model_py.flex(q, k, v, offset, slopes, w)),
-                         ('sdpa', model_py.attention(q, k, v, offset, 0, slopes, w)))}
+                        (('flex', attention_py.flex(q, k, v, offset, slopes, w)),
+                         ('sdpa', attention_py.attention(q, k, v, offset, 0, slopes, w)))}
                 worst = max(errs.values())
                 lines.append((f"flex/SDPA vs float64, {str(dtype)[6:]}, offset {offset}, window {w}",
                               'PASS' if worst < tol else 'FAIL', ', '.join(f"{n} {e:.1e}" for n, e in errs.items())))

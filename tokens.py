@@ -149,27 +149,33 @@ def read_shard(path):
     return np.memmap(path, dtype=dtype, mode='r', offset=HEADER_INTS * 8, shape=(int(header[3]),))
 
 
-def prepare_command(data_dir):
-    """The command that makes data_dir, for error messages: data/<name>/prepare.py --tokenizer=<kind>."""
+def prepare_command(data_dir, max_tokens=None):
+    """The command that makes data_dir, for error messages: data/<name>/prepare.py --tokenizer=<kind>,
+    and --max_tokens for the scripts that stream a corpus (their default is all of it)."""
     d = os.path.normpath(data_dir)
     script = os.path.join(os.path.dirname(d), 'prepare.py')
     if not os.path.exists(script):
         return "the prepare.py script of that dataset (see data/)"
     if os.path.basename(d) in ('byte', 'gpt2'):  # prepare.py writes data/<name>/<tokenizer>
-        return f"python {script} --tokenizer={os.path.basename(d)}"
-    return f"python {script} --tokenizer=byte --out_dir={d}"  # not --tokenizer=<d's name>: no such tokenizer
+        command = f"python {script} --tokenizer={os.path.basename(d)}"
+    else:
+        command = f"python {script} --tokenizer=byte --out_dir={d}"  # not --tokenizer=<d's name>: no such tokenizer
+    with open(script) as f:
+        takes_max = "'--max_tokens'" in f.read()
+    tokens = f"{max_tokens / 1e9:g}e9" if max_tokens and max_tokens >= 1e9 else f"{int(max_tokens or 0)}"
+    return command + (f" --max_tokens={tokens}" if max_tokens and takes_max else "")
 
 
 class TokenData:
     """One split of a tokenized dataset: every `{split}*.bin` shard in data_dir and its meta.json
     (or only the first `limit` tokens of the shards, if limit > 0)."""
 
-    def __init__(self, data_dir, split, limit=0):
+    def __init__(self, data_dir, split, limit=0, tokens_wanted=None):
         files = sorted(glob.glob(os.path.join(data_dir, f'{split}*.bin')))
         meta_path = os.path.join(data_dir, 'meta.json')
-        if not files or not os.path.exists(meta_path):
+        if not files or not os.path.exists(meta_path):  # tokens_wanted: the run's, for the hint
             raise FileNotFoundError(f"no {split} data in {data_dir} (expected {split}*.bin and meta.json): "
-                                    f"run `{prepare_command(data_dir)}` first")
+                                    f"run `{prepare_command(data_dir, tokens_wanted)}` first")
         with open(meta_path) as f:
             self.meta = json.load(f)
         self.shards = [read_shard(p) for p in files]

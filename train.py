@@ -17,6 +17,7 @@ import os
 import shutil
 import sys
 import time
+import uuid
 from contextlib import nullcontext
 from dataclasses import fields
 
@@ -36,7 +37,7 @@ from tokens import TokenData, batch_rng, same_tokenizer
 # -----------------------------------------------------------------------------
 # I/O
 out_dir = 'out'
-init_from = 'scratch'  # 'scratch', 'resume' (the newest checkpoint in out_dir) or a checkpoint path (CPT)
+init_from = 'scratch'  # 'scratch', 'resume' (the newest checkpoint in out_dir), or CPT from a checkpoint, weights folder or hub id
 log_interval = 10  # iterations between log lines (also written to out_dir/log.jsonl)
 eval_interval = 500  # iterations between evaluations (and at the end)
 ckpt_interval = 1000  # iterations between checkpoints (and at the end); see keep_last
@@ -85,10 +86,14 @@ compile: bool | None = None  # torch.compile; None: on for CUDA, off elsewhere
 parallel = 'ddp'  # under torchrun: 'ddp' (a replica per process) or 'fsdp' (FSDP2: weights, gradients, optimizer sharded)
 activation_checkpointing = False  # recompute each block in the backward pass: less memory, about 30% more compute
 keep_last = 0  # keep only the newest N model checkpoints; 0 keeps all (checkpoint averaging needs the last K)
+wandb_log = False  # also log to Weights & Biases (pip install wandb): what log.jsonl gets, the config as the run's
+wandb_project = 'length-generalization'
+wandb_run_name = ''  # default: out_dir's name
 # -----------------------------------------------------------------------------
 MODEL_KEYS = {f.name for _, cfg in checkpoint.MODELS.values() for f in fields(cfg)}
 given = set()
-config = configure(globals(), sys.argv[1:], given=given)
+config = configure(globals(), sys.argv[1:], given=given,
+                   help_sources=[sys.modules[cfg.__module__].__file__ for _, cfg in checkpoint.MODELS.values()])
 globals().update(config)
 user_model_keys = given & MODEL_KEYS  # the model keys this run's config sets
 
@@ -126,6 +131,11 @@ if not (0 < learning_rate < 3e38 and 0 <= min_lr < 3e38):  # the optimizer compu
                      f"{learning_rate}, {min_lr}")
 if schedule not in ('wsd', 'constant', 'cosine'):
     raise SystemExit(f"config error: schedule must be 'wsd', 'constant' or 'cosine', got {schedule!r}")
+if wandb_log and master:
+    try:
+        import wandb
+    except ImportError:
+        raise SystemExit("config error: wandb_log=True needs wandb: pip install wandb (or leave wandb_log off)")
 autocast = torch.autocast(device_type, dtype=torch.bfloat16) if dtype == 'bfloat16' else nullcontext()
 if compile is None:
     compile = device_type == 'cuda'
@@ -147,18 +157,30 @@ if task in ('copy', 'needle'):
         f"{task_min_len}-{task_max_len}, sequences padded to {block_size}")
 elif task == 'lm':
     try:
-        train_data, val_data = TokenData(data_dir, 'train', train_tokens), TokenData(data_dir, 'val')
+        train_data, val_data = TokenData(data_dir, 'train', train_tokens, max_tokens), TokenData(data_dir, 'val')
     except FileNotFoundError as e:
         raise SystemExit(str(e))
     say(f"data: {data_dir}, {len(train_data):,} train / {len(val_data):,} val tokens; tokenizer {train_data.meta['tokenizer']}"
         + (f"; {max_tokens / len(train_data):.1f} epochs" if train_tokens else ""))
 else:
     raise SystemExit(f"config error: task must be 'lm', 'copy' or 'needle', got {task!r}")
-per_micro = batch_size * block_size * world
-if tokens_per_batch % per_micro:
-    raise SystemExit(f"config error: tokens_per_batch ({tokens_per_batch}) must be a multiple of "
-                     f"batch_size * block_size * processes = {per_micro}")
-grad_accum = tokens_per_batch // per_micro
+# the step's tokens_per_batch // block_size sequences go in micro-batches of the largest size up to
+# batch_size that splits them evenly over the processes. Micro-batch j's data and dropout masks
+# depend on (seed, step, j) alone: with the same micro-batch size, any process count trains alike.
+sequences, why = tokens_per_batch // block_size, ''
+if tokens_per_batch % block_size:
+    why = f"tokens_per_batch ({tokens_per_batch}) must be a multiple of block_size ({block_size})"
+elif sequences % world:
+    why = (f"the {sequences} sequences of a step (tokens_per_batch / block_size) do not split over {world} processes: "
+           f"use a process count that divides {sequences} ({', '.join(str(n) for n in range(1, sequences + 1) if sequences % n == 0)})"
+           f" or another tokens_per_batch")
+if why or batch_size < 1:
+    raise SystemExit(f"config error: {why or f'batch_size must be at least 1, got {batch_size}'}")
+micro_batch = max(b for b in range(1, min(batch_size, sequences // world) + 1) if sequences // world % b == 0)
+if micro_batch < batch_size:
+    say(f"note: micro-batches of {micro_batch} sequences, the largest up to batch_size = {batch_size} that splits the "
+        f"{sequences // world} per process evenly; a run with other micro-batches has other batches and masks")
+batch_size, grad_accum = micro_batch, sequences // world // micro_batch
 max_iters = int(max_tokens // tokens_per_batch)
 if max_iters < 1:
     raise SystemExit(f"config error: max_tokens ({max_tokens:g}) is less than one step of tokens_per_batch "
@@ -238,9 +260,9 @@ elif init_from == 'resume':
                          f"give a later halt_at, or 0 to run to the end")
     say(f"resuming {out_dir} at iteration {start_iter}")
 else:  # CPT: the architecture and weights of the checkpoint, with this run's regularization and windows
-    if not os.path.exists(init_from):
-        raise SystemExit(f"init_from must be 'scratch', 'resume', a checkpoint file or a weights folder; "
-                         f"{init_from} is none of these")
+    if not os.path.exists(init_from) and not checkpoint.hub_id(init_from):
+        raise SystemExit(f"init_from must be 'scratch', 'resume', a checkpoint file, a weights folder or a Hugging Face "
+                         f"repo id (HuggingFaceTB/SmolLM3-3B); {init_from} is none of these")
     try:
         ckpt = checkpoint.load_any(init_from)
     except ValueError as e:
@@ -425,9 +447,14 @@ session = sum(1 for line in open(LOG) if '"event": "start"' in line) if master a
 
 
 def log(record):
-    """Append one line to log.jsonl, whole or not at all (a full disk: a warning, the run goes on)."""
+    """Append one line to log.jsonl, whole or not at all (a full disk: a warning, the run goes on);
+    with wandb_log, its numbers to wandb too (position_loss/128-256, accuracy/64, ...)."""
     if not master:
         return
+    if wandb_log and record['event'] in ('train', 'eval'):
+        flat = {f"{k}/{band}" if isinstance(v, dict) else k: x for k, v in record.items() if k not in ('event', 'iter')
+                for band, x in (v.items() if isinstance(v, dict) else [(None, v)]) if isinstance(x, (int, float))}
+        wandb.log(flat, step=record['iter'])
     line = (json.dumps({**record, 'session': session}) + '\n').encode()
     size = os.path.getsize(LOG) if os.path.exists(LOG) else 0
     try:
@@ -448,6 +475,13 @@ def print_eval(it, r):
 
 
 say("config:\n" + "\n".join(f"  {k} = {v!r}" for k, v in config.items()))
+if wandb_log and master:  # a resumed run continues its wandb run: the run's id is kept in out_dir
+    id_file = os.path.join(out_dir, 'wandb_id')
+    run_id = open(id_file).read().strip() if os.path.exists(id_file) else uuid.uuid4().hex[:8]
+    wandb.init(project=wandb_project, name=wandb_run_name or os.path.basename(os.path.abspath(out_dir)), config=config,
+               dir=out_dir, id=run_id, resume='allow')
+    with open(id_file, 'w') as f:
+        f.write(run_id)
 log({'event': 'start', 'iter': start_iter, 'config': config})
 gpu, peak = hardware.peak_flops(device)  # for MFU; None off CUDA
 if device_type == 'cuda':

@@ -1,5 +1,7 @@
 """The strict configurator: files, overrides, types, unknown keys."""
 
+import importlib.util
+
 import pytest
 
 from configurator import configure
@@ -55,3 +57,38 @@ def test_unknown_key_in_a_file(tmp_path):
     f.write_text("n_layers = 4\n")
     with pytest.raises(SystemExit, match=r"c.py\): unknown config key 'n_layers' \(did you mean 'n_layer'\?\)"):
         configure(dict(DEFAULTS), [str(f)])
+
+
+SCRIPTS = ['train.py', 'eval_loss.py', 'eval_niah.py', 'eval_ruler.py', 'eval_helmet.py', 'average_ckpts.py',
+           'probe_variance.py', 'export_hf.py', 'bench.py', 'study.py', 'gpu_check.py']
+
+
+def test_help_lists_every_key_with_its_default_and_comment(capsys, monkeypatch):
+    """--help, generated from the script's own globals and comments: train.py's every key, the
+    model keys among them with the comments of their config dataclass; every script's keys."""
+    import dataclasses
+    import os
+    import runpy
+
+    import checkpoint
+    from conftest import ROOT
+    listed = {}
+    for script in SCRIPTS:  # in this process: the scripts stop at configure(), before doing anything
+        monkeypatch.setattr('sys.argv', [script, '--help'])
+        with pytest.raises(SystemExit) as stop:
+            runpy.run_path(os.path.join(ROOT, script), run_name='__main__')
+        out = capsys.readouterr().out
+        assert stop.value.code == 0 and out.startswith('usage: python '), (script, out[-500:])
+        listed[script] = dict(line.strip()[2:].split('=', 1) for line in out.splitlines() if line.startswith('  --'))
+    train = listed['train.py']
+    fields = {f.name for _, cfg in checkpoint.MODELS.values() for f in dataclasses.fields(cfg)}
+    assert fields <= set(train) and {'wandb_log', 'tokens_per_batch', 'init_from'} <= set(train)
+    assert train['dropout_type'] == "'none'  # 'none', 'pre_norm' (PN-D), 'pre_linear' (PL-D) or 'vpad'"
+    assert train['batch_size'].startswith('16  # ') and train['d_state'].startswith('128  # ')
+    assert {'ckpt', 'lengths', 'samples', 'essay'} <= set(listed['eval_ruler.py'])
+    assert all(listed[s] for s in SCRIPTS)
+    if importlib.util.find_spec('lm_eval'):  # apart: run here it would register its lm-eval model a second time
+        import subprocess
+        import sys
+        r = subprocess.run([sys.executable, 'eval_lm.py', '--help'], cwd=ROOT, capture_output=True, text=True)
+        assert r.returncode == 0 and '--tasks=' in r.stdout and '--ckpt=' in r.stdout, r.stderr[-500:]

@@ -104,8 +104,13 @@ def test_batches_are_windows_determined_by_the_rng(docs_dir):
 
 
 def test_missing_data_names_the_prepare_command(tmp_path):
-    with pytest.raises(FileNotFoundError, match=r'python .*data/shakespeare/prepare.py --tokenizer=byte'):
-        TokenData(os.path.join(ROOT, 'data', 'shakespeare', 'byte_missing_here', '..', 'byte_x'), 'train')
+    with pytest.raises(FileNotFoundError, match=r'python .*data/shakespeare/prepare.py --tokenizer=byte --out_dir=\S*byte_x`'):
+        TokenData(os.path.join(ROOT, 'data', 'shakespeare', 'byte_missing_here', '..', 'byte_x'), 'train', 0, 40e9)
+    # a streamed corpus: the run's tokens, as the README's command (its default is the whole corpus)
+    dclm = os.path.join(ROOT, 'data', 'dclm_edu', 'gpt2')
+    if not os.path.exists(dclm):  # (not where DCLM-Edu is prepared)
+        with pytest.raises(FileNotFoundError, match=r'python .*data/dclm_edu/prepare.py --tokenizer=gpt2 --max_tokens=40e9`'):
+            TokenData(dclm, 'train', 0, 40e9)
 
 
 def test_shakespeare_prepare(tmp_path):

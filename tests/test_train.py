@@ -123,7 +123,7 @@ def test_scratch_refuses_to_overwrite_a_run(straight, tiny_data):
     (['--init_from=README.md'], "is not a checkpoint written by torch.save"),
     (['--tokens_per_batch=100'], "tokens_per_batch (100) must be a multiple of"),
     (['--schedule=linear'], "schedule must be 'wsd', 'constant' or 'cosine'"),
-    (['--init_from=nowhere/ckpt_000001.pt'], "init_from must be 'scratch', 'resume', a checkpoint file or a weights folder"),
+    (['--init_from=nowhere/ckpt_000001.pt'], "init_from must be 'scratch', 'resume', a checkpoint file, a weights folder or a Hugging Face repo id"),
     (['--model_type=rnn'], "model_type must be one of ['transformer', 'mamba2']"),
 ])
 def test_config_errors(tiny_data, tmp_path, args, message):
@@ -244,8 +244,8 @@ def test_resume_errors_say_what_to_do(straight, tiny_data, tmp_path):
             assert r.returncode != 0 and message in r.stderr and 'Traceback' not in r.stderr, (cmd, r.stderr[-1500:])
 
 
-def torchrun(*args):
-    cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', 'train.py', *args]
+def torchrun(*args, nproc=2):
+    cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', f'--nproc_per_node={nproc}', 'train.py', *args]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, 'OMP_NUM_THREADS': '1'})
 
 
@@ -316,6 +316,55 @@ print('logits alive in the backward:', alive)
     r = subprocess.run([sys.executable, '-c', script], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert 'logits alive in the backward: [False, False, False, False]' in r.stdout, r.stdout[-1500:]
+
+
+def test_any_process_count_with_the_same_micro_batch_trains_alike(tiny_data, tmp_path):
+    """8 sequences a step in micro-batches of 2: 4 micro-steps in one process, 2 in each of 2, 1 in
+    each of 4 (torchrun, gloo): the same batches and masks, so the same losses. 3 processes
+    cannot split 8 sequences: an error that names the counts that can."""
+    args = [*TINY, '--batch_size=2', f'--data_dir={tiny_data}', '--dropout_type=vpad', '--dropout=0.1',
+            '--max_tokens=512', '--eval_interval=100', '--ckpt_interval=100']
+    r = run_train(*args, f'--out_dir={tmp_path}/1')
+    assert r.returncode == 0 and '1 processes x 4 micro-steps x 2 x 32' in r.stdout, r.stderr
+    losses = [x['loss'] for x in read_log(f'{tmp_path}/1')]
+    for n in (2, 4):
+        r = torchrun(*args, f'--out_dir={tmp_path}/{n}', nproc=n)
+        assert r.returncode == 0 and f'{n} processes x {4 // n} micro-steps x 2 x 32' in r.stdout, r.stderr[-3000:]
+        assert [x['loss'] for x in read_log(f'{tmp_path}/{n}')] == pytest.approx(losses, rel=1e-4)
+    r = torchrun(*args, f'--out_dir={tmp_path}/3', nproc=3)
+    assert r.returncode != 0 and 'do not split over 3 processes: use a process count that divides 8 (1, 2, 4, 8)' in r.stdout + r.stderr
+    r = run_train(*args, '--batch_size=3', f'--out_dir={tmp_path}/b3')  # 8 = 4 x 2: micro-batches of 2
+    assert r.returncode == 0 and 'note: micro-batches of 2 sequences, the largest up to batch_size = 3' in r.stdout, r.stderr
+
+
+def test_two_nodes_over_loopback_match_one_process(tiny_data, tmp_path):
+    """scripts/slurm.sh as SLURM runs it on two nodes (srun, scontrol and nvidia-smi stood in for
+    on this machine: two "nodes" of one process each, a c10d rendezvous on the loopback, gloo):
+    the single-process losses."""
+    args = [*TINY, f'--data_dir={tiny_data}', '--dropout_type=vpad', '--dropout=0.1', '--max_tokens=1024',
+            '--eval_interval=100', '--ckpt_interval=100']
+    r = run_train(*args, f'--out_dir={tmp_path}/one')
+    assert r.returncode == 0, r.stderr
+    bin_ = tmp_path / 'bin'
+    bin_.mkdir()
+    fakes = {'srun': '"$@" & a=$!; "$@" & b=$!; wait $a && wait $b',  # one task per node, both here
+             'scontrol': 'echo 127.0.0.1', 'nvidia-smi': 'echo "GPU 0: (a CPU process here)"',
+             'torchrun': f'exec {sys.executable} -m torch.distributed.run "$@"'}
+    for name, body in fakes.items():
+        (bin_ / name).write_text(f'#!/bin/bash\n{body}\n')
+        (bin_ / name).chmod(0o755)
+    import socket
+    with socket.socket() as s:  # a free port for the rendezvous
+        s.bind(('127.0.0.1', 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, 'PATH': f"{bin_}:{os.environ['PATH']}", 'SLURM_NNODES': '2', 'SLURM_JOB_ID': '7',
+           'SLURM_JOB_NODELIST': 'node[0-1]', 'SLURM_SUBMIT_DIR': ROOT, 'MASTER_PORT': str(port), 'OMP_NUM_THREADS': '1'}
+    r = subprocess.run(['bash', 'scripts/slurm.sh', *args, f'--out_dir={tmp_path}/two'], cwd=ROOT, capture_output=True,
+                       text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert '2 processes x 1 micro-steps' in r.stdout
+    assert [x['loss'] for x in read_log(f'{tmp_path}/two')] == pytest.approx([x['loss'] for x in read_log(f'{tmp_path}/one')],
+                                                                             rel=1e-4)
 
 
 def test_fsdp_resume(one_process, tiny_data, tmp_path):
@@ -461,3 +510,22 @@ def test_continued_pretraining_from_released_mamba2_weights(tmp_path):
     (weights / 'tokenizer.json').unlink()
     r = run_train(*TINY, f'--data_dir={data}', f'--out_dir={tmp_path}/cpt2', f'--init_from={weights}')
     assert r.returncode != 0 and 'has no tokenizer.json' in r.stderr
+
+
+def test_wandb_offline(tiny_data, tmp_path):
+    """wandb_log=True in wandb's offline mode: the metrics of log.jsonl and the config as the run's;
+    a resume continues the same wandb run. Off by default, and never needed by the quick start."""
+    pytest.importorskip('wandb')
+    env = {**os.environ, 'WANDB_MODE': 'offline', 'WANDB_SILENT': 'true'}
+    args = [*TINY, f'--data_dir={tiny_data}', f'--out_dir={tmp_path}', '--wandb_log=True', '--max_tokens=1024']
+    for extra in (['--halt_at=2'], ['--init_from=resume']):
+        r = subprocess.run([sys.executable, 'train.py', *args, *extra], cwd=ROOT, capture_output=True, text=True,
+                           env=env, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+    runs = sorted(glob.glob(str(tmp_path / 'wandb' / 'offline-run-*' / 'run-*.wandb')))
+    run_id = (tmp_path / 'wandb_id').read_text()
+    assert len(runs) == 2 and all(r.endswith(f'run-{run_id}.wandb') for r in runs)  # one wandb run, two sessions
+    records = open(runs[-1], 'rb').read()  # wandb's protobuf records hold keys and JSON values as text
+    last = [x for x in read_log(str(tmp_path)) if x['session'] == 1][-1]
+    assert json.dumps(last['loss']).encode() in records and json.dumps(last['grad_norm']).encode() in records
+    assert b'position_loss/32-64' in records and b'n_embd' in records and b'wandb_log' in records
