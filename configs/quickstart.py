@@ -14,7 +14,7 @@ dropout = 0.1
 weight_decay = 0.0
 
 block_size = 256
-batch_size = 16
+batch_size = 8  # 2 micro-steps per 4096-token step: 1 or 2 processes (torchrun) train alike
 tokens_per_batch = 4096
 max_tokens = 2_000_000
 learning_rate = 2e-3
