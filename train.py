@@ -168,8 +168,8 @@ else:
 # batch_size that splits them evenly over the processes. Micro-batch j's data and dropout masks
 # depend on (seed, step, j) alone: with the same micro-batch size, any process count trains alike.
 sequences, why = tokens_per_batch // block_size, ''
-if tokens_per_batch % block_size:
-    why = f"tokens_per_batch ({tokens_per_batch}) must be a multiple of block_size ({block_size})"
+if tokens_per_batch % block_size or sequences < 1:
+    why = f"tokens_per_batch ({tokens_per_batch}) must be a positive multiple of block_size ({block_size})"
 elif sequences % world:
     why = (f"the {sequences} sequences of a step (tokens_per_batch / block_size) do not split over {world} processes: "
            f"use a process count that divides {sequences} ({', '.join(str(n) for n in range(1, sequences + 1) if sequences % n == 0)})"

@@ -121,7 +121,8 @@ def test_scratch_refuses_to_overwrite_a_run(straight, tiny_data):
     (['--dropout=-0.1', '--dropout_type=vpad'], "dropout must be in [0, 1), got -0.1"),
     (['--dropout_type=vpda'], "unknown dropout_type 'vpda'"),
     (['--init_from=README.md'], "is not a checkpoint written by torch.save"),
-    (['--tokens_per_batch=100'], "tokens_per_batch (100) must be a multiple of"),
+    (["--tokens_per_batch=100"], "tokens_per_batch (100) must be a positive multiple of"),
+    (["--tokens_per_batch=0"], "tokens_per_batch (0) must be a positive multiple of"),
     (['--schedule=linear'], "schedule must be 'wsd', 'constant' or 'cosine'"),
     (['--init_from=nowhere/ckpt_000001.pt'], "init_from must be 'scratch', 'resume', a checkpoint file, a weights folder or a Hugging Face repo id"),
     (['--model_type=rnn'], "model_type must be one of ['transformer', 'mamba2']"),
@@ -138,7 +139,7 @@ def test_every_config_resolves(config, tmp_path):
     (or, for the Copy task, which needs none, at the batch arithmetic)."""
     r = run_train(config, f'--data_dir={tmp_path}/none/byte', '--tokens_per_batch=1')
     assert r.returncode != 0
-    assert 'no train data in' in r.stderr or 'tokens_per_batch (1) must be a multiple' in r.stderr, r.stderr
+    assert 'no train data in' in r.stderr or 'tokens_per_batch (1) must be a positive multiple' in r.stderr, r.stderr
 
 
 def test_nonfinite_loss_stops_and_keeps_the_last_good_checkpoint(tiny_data, tmp_path):
