@@ -74,7 +74,7 @@ def evaluate(model, tokenizer, results, tasks, lengths, samples, seed, data, dev
 
 def on_essay(task):
     """Whether the task's haystack is RULER's essay (MV)."""
-    return bool(helmet.TASKS[task][0]) and ruler.TASKS[helmet.TASKS[task][0]][1].get('type_haystack') == 'essay'
+    return bool(helmet.TASKS[task][0]) and ruler.on_essay(helmet.TASKS[task][0])
 
 
 def task_list(tasks):

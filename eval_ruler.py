@@ -70,11 +70,7 @@ def evaluate(model, tokenizer, results, tasks, lengths, samples, seed, data, dev
             'nulls': {t: {L: sum(r['prediction'] == '' for r in rows if r['task'] == t and r['length'] == L) for L in lengths}
                       for t in ran},
             'skipped': skipped, 'too_short': {f"{t}/{L}": why for (t, L), why in too_short.items()},
-            'stand_in_haystack': {t: data.stand_in for t in ran if data.stand_in and on_essay(t)}}
-
-
-def on_essay(task):
-    return ruler.TASKS[task][1].get('type_haystack') == 'essay'
+            'stand_in_haystack': {t: data.stand_in for t in ran if data.stand_in and ruler.on_essay(t)}}
 
 
 def task_list(tasks):

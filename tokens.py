@@ -161,9 +161,9 @@ def prepare_command(data_dir, max_tokens=None):
     else:
         command = f"python {script} --tokenizer=byte --out_dir={d}"  # not --tokenizer=<d's name>: no such tokenizer
     with open(script) as f:
-        takes_max = "'--max_tokens'" in f.read()
-    tokens = f"{max_tokens / 1e9:g}e9" if max_tokens and max_tokens >= 1e9 else f"{int(max_tokens or 0)}"
-    return command + (f" --max_tokens={tokens}" if max_tokens and takes_max else "")
+        if not max_tokens or "'--max_tokens'" not in f.read():
+            return command
+    return command + f" --max_tokens={f'{max_tokens / 1e9:g}e9' if max_tokens >= 1e9 else int(max_tokens)}"
 
 
 class TokenData:

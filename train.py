@@ -167,20 +167,23 @@ else:
 # the step's tokens_per_batch // block_size sequences go in micro-batches of the largest size up to
 # batch_size that splits them evenly over the processes. Micro-batch j's data and dropout masks
 # depend on (seed, step, j) alone: with the same micro-batch size, any process count trains alike.
-sequences, why = tokens_per_batch // block_size, ''
+sequences = tokens_per_batch // block_size
 if tokens_per_batch % block_size or sequences < 1:
-    why = f"tokens_per_batch ({tokens_per_batch}) must be a positive multiple of block_size ({block_size})"
-elif sequences % world:
-    why = (f"the {sequences} sequences of a step (tokens_per_batch / block_size) do not split over {world} processes: "
-           f"use a process count that divides {sequences} ({', '.join(str(n) for n in range(1, sequences + 1) if sequences % n == 0)})"
-           f" or another tokens_per_batch")
-if why or batch_size < 1:
-    raise SystemExit(f"config error: {why or f'batch_size must be at least 1, got {batch_size}'}")
-micro_batch = max(b for b in range(1, min(batch_size, sequences // world) + 1) if sequences // world % b == 0)
+    raise SystemExit(f"config error: tokens_per_batch ({tokens_per_batch}) must be a positive multiple of block_size "
+                     f"({block_size})")
+if sequences % world:
+    counts = ', '.join(str(n) for n in range(1, sequences + 1) if sequences % n == 0)
+    raise SystemExit(f"config error: the {sequences} sequences of a step (tokens_per_batch / block_size) do not split "
+                     f"over {world} processes: use a process count that divides {sequences} ({counts}) or another "
+                     f"tokens_per_batch")
+if batch_size < 1:
+    raise SystemExit(f"config error: batch_size must be at least 1, got {batch_size}")
+per_process = sequences // world
+micro_batch = max(b for b in range(1, min(batch_size, per_process) + 1) if per_process % b == 0)
 if micro_batch < batch_size:
     say(f"note: micro-batches of {micro_batch} sequences, the largest up to batch_size = {batch_size} that splits the "
-        f"{sequences // world} per process evenly; a run with other micro-batches has other batches and masks")
-batch_size, grad_accum = micro_batch, sequences // world // micro_batch
+        f"{per_process} per process evenly; a run with other micro-batches has other batches and masks")
+batch_size, grad_accum = micro_batch, per_process // micro_batch
 max_iters = int(max_tokens // tokens_per_batch)
 if max_iters < 1:
     raise SystemExit(f"config error: max_tokens ({max_tokens:g}) is less than one step of tokens_per_batch "

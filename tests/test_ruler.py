@@ -254,7 +254,7 @@ def test_fwe_is_sized_on_rulers_grid(data):
     sizes = {}
     text, _ = ruler.prompt('fwe', GPT2, 4096, 'x', 42, data, sizes)
     budget = 4096 - 50
-    n = sizes[('fwe', 4096)]['words']
+    n = sizes[('fwe', 4096)]
     assert (n - budget // 6) % (budget // 32) == 0 and len(GPT2.encode(text)) <= budget
 
 
