@@ -61,21 +61,25 @@ def attention_entropy(net, windows):
     swapped for the same softmax attention written out (eval mode: no dropout), which also records
     -sum_j p_ij log p_ij of each query i. Uniform attention over t+1 visible keys gives log(t+1)."""
     import model  # the module whose attention function is swapped
+    from attention import mask_and_bias, repeat_kv
     rows = []  # (H, Tq) per attention call: layer after layer, window after window
 
     def softmax_attention(q, k, v, q_start, k_start, slopes=None, window=0, dropout_p=0.0, backend='sdpa', alpha=1.0):
         if alpha != 1.0:
             raise ValueError("attention_entropy is written for softmax attention (attn_alpha = 1)")
-        rep = q.size(1) // k.size(1)
-        k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)  # (B, H, Tk, hd)
-        dist = torch.arange(q_start, q_start + q.size(2))[:, None] - torch.arange(k_start, k_start + k.size(2))  # (Tq, Tk)
-        scores = (q @ k.transpose(-2, -1)).float() / math.sqrt(q.size(-1))  # (B, H, Tq, Tk)
-        if slopes is not None:
-            scores = scores - slopes[:, None, None] * dist
-        allowed = (dist >= 0) & (dist < window) if window else dist >= 0
-        p = scores.masked_fill(~allowed, float('-inf')).softmax(-1)
-        rows.append(-torch.special.xlogy(p, p).sum(-1).sum(0))  # (H, Tq), summed over the batch
-        return p.to(v.dtype) @ v
+        k, v = repeat_kv(q, k, v)  # (B, H, Tk, hd)
+        ys, hs = [], []
+        for i in range(0, q.size(2), 256):  # 256 queries at a time: their scores stay in cache
+            qi = q[:, :, i:i + 256]  # (B, H, rows, hd)
+            allowed, bias = mask_and_bias(q_start + i, qi.size(2), k_start, k.size(2), slopes, window, q.device)
+            scores = (qi @ k.transpose(-2, -1)).float() / math.sqrt(q.size(-1))  # (B, H, rows, Tk)
+            if bias is not None:
+                scores = scores + bias
+            p = scores.masked_fill(~allowed, float('-inf')).softmax(-1)
+            hs.append(-torch.special.xlogy(p, p).sum(-1).sum(0))  # (H, rows), summed over the batch
+            ys.append(p.to(v.dtype) @ v)
+        rows.append(torch.cat(hs, 1))  # (H, Tq)
+        return torch.cat(ys, 2)
 
     original, model.attention = model.attention, softmax_attention
     try:
