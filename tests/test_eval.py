@@ -216,11 +216,11 @@ def test_attention_entropy_runs_the_models_own_attention(pos, window, kv):
     torch.manual_seed(0)
     net = Transformer(TransformerConfig(vocab_size=64, n_layer=2, n_head=4, n_kv_head=kv, n_embd=32,
                                         pos_encoding=pos, window=window)).eval()
-    windows = torch.randint(0, 64, (2, 41))
+    windows = torch.randint(0, 64, (2, 301))  # past the probe's first slice of 256 queries
     seen = []
     net.norm_f.register_forward_hook(lambda m, x, y: seen.append(y))
     entropy = attention_entropy(net, windows)
-    assert entropy.shape == (2, 4, 40) and len(seen) == 2
+    assert entropy.shape == (2, 4, 300) and len(seen) == 2
     for w, h in zip(windows, seen):
         assert torch.allclose(h, net.hidden(w[None, :-1]), atol=1e-5)
     import model
@@ -229,12 +229,12 @@ def test_attention_entropy_runs_the_models_own_attention(pos, window, kv):
 
 def test_attention_entropy_of_uniform_attention_is_log_of_the_visible_keys():
     """Zero queries attend uniformly: entropy log(t + 1) at query t with full attention, log(min(t + 1, W))
-    in a window of W keys."""
+    in a window of W keys; 600 positions, so that the probe's slices of 256 queries are all checked."""
     net = Transformer(TransformerConfig(vocab_size=64, n_layer=2, n_head=2, n_embd=16, pos_encoding=['rope', 'nope'],
                                         window=[5, 0])).eval()
     for block in net.layers:
         torch.nn.init.zeros_(block.attn.q_proj.weight)
-    entropy = attention_entropy(net, torch.randint(0, 64, (3, 31)))  # (L, H, 30)
-    t = torch.arange(30, dtype=torch.float32)
+    entropy = attention_entropy(net, torch.randint(0, 64, (3, 601)))  # (L, H, 600)
+    t = torch.arange(600, dtype=torch.float32)
     assert torch.allclose(entropy[0], torch.log((t + 1).clamp(max=5)).expand(2, -1), atol=1e-5)
     assert torch.allclose(entropy[1], torch.log(t + 1).expand(2, -1), atol=1e-5)
