@@ -35,21 +35,9 @@ def evaluate(model, tokenizer, results, tasks, lengths, samples, seed, data, dev
     x100}} (nan where it did not run), 'recall': {length: the mean over the tasks that ran},
     'tasks_averaged', 'empty': {task: {length: empty outputs}}, 'skipped': {task: why the data is
     missing}, 'too_short': {task/length: why}, 'stand_in_haystack': {task: what its essay is instead}}."""
-    skipped = {t: why for t in tasks if (why := helmet.missing(t, data))}
-    for why in skipped.values():
-        say(f"skipped {why}")
-    ran = [t for t in tasks if t not in skipped]
-    sizes, too_short = {}, {}
-    for task in ran:  # a length too short for a task is said before any sample runs, and left out
-        for L in lengths:
-            try:
-                helmet.sample(task, tokenizer, L, 'check', seed, data, sizes)
-            except ValueError as e:
-                too_short[(task, L)] = str(e)
-                say(f"not run: {task} at {L} tokens: {e}")
-    if ran and len(too_short) == len(ran) * len(lengths):
-        raise SystemExit("no task fits any of the lengths: ask for longer ones")
-    jobs = [(t, L, i) for t in ran for L in lengths for i in range(samples) if (t, L) not in too_short]
+    sizes = {}
+    ran, skipped, too_short, jobs = ruler.plan(tasks, lengths, samples, lambda t: helmet.missing(t, data),
+                                               lambda t, L: helmet.sample(t, tokenizer, L, 'check', seed, data, sizes), say)
     for task, L, i in tqdm(jobs, desc='HELMET recall', unit='sample'):
         id = f"{task}/{L}/{i}"
         if id in results:

@@ -532,6 +532,29 @@ def predict(model, tokenizer, text, max_new_tokens, device, chunk_size=1024, aut
     return tokenizer.decode(out)
 
 
+def plan(tasks, lengths, samples, missing, check, say=print):
+    """What an evaluation runs, said before any sample does: the tasks whose data is missing
+    (missing(task) -> why, or None) are skipped, and the lengths too short for a task's prompt
+    (check(task, length) raises ValueError) left out -> (ran, skipped, too_short, jobs), with
+    skipped {task: why}, too_short {(task, length): why} and jobs [(task, length, index)]."""
+    skipped = {t: why for t in tasks if (why := missing(t))}
+    for why in skipped.values():
+        say(f"skipped {why}")
+    ran = [t for t in tasks if t not in skipped]
+    too_short = {}
+    for task in ran:
+        for L in lengths:
+            try:
+                check(task, L)
+            except ValueError as e:
+                too_short[(task, L)] = str(e)
+                say(f"not run: {task} at {L} tokens: {e}")
+    if ran and len(too_short) == len(ran) * len(lengths):
+        raise SystemExit("no task fits any of the lengths: ask for longer ones")
+    jobs = [(t, L, i) for t in ran for L in lengths for i in range(samples) if (t, L) not in too_short]
+    return ran, skipped, too_short, jobs
+
+
 class Results:
     """Per-sample results in a JSONL file, appended as they come: an interrupted run continues
     where it stopped, and no sample is scored twice."""

@@ -169,6 +169,9 @@ def test_harness(data, tmp_path):
     r = eval_ruler.evaluate(Knower(answers), BYTE, ruler.Results(str(tmp_path / 'c.jsonl')), ['qa_1', 'niah_single_1'],
                             [2048], 1, 42, no_qa, say=said.append)
     assert 'qa_1' in r['skipped'] and 'qa_1' not in r['scores'] and r['tasks_averaged'] == {2048: 1}
+    with pytest.raises(SystemExit, match='no task fits any of the lengths'):  # said before any sample runs
+        eval_ruler.evaluate(None, BYTE, ruler.Results(str(tmp_path / 'd.jsonl')), ['vt', 'cwe'], [1024], 1, 42, data,
+                            say=said.append)
 
 
 def test_each_task_has_rulers_metric():
