@@ -173,6 +173,8 @@ if __name__ == '__main__':
     out = ''  # default: ckpt_dir/avg{K}_{first}-{last}.pt, or beside the newest given path: <name>_avg{K}[.pt]
     # -------------------------------------------------------------------------
     globals().update(configure(globals(), sys.argv[1:]))
+    if last < 0 or stride < 1:
+        raise SystemExit(f"config error: last must be >= 0 (0: all in the range) and stride >= 1, got {last} and {stride}")
     try:
         if ckpts:
             paths, chosen = list(ckpts), []

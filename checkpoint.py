@@ -4,16 +4,17 @@ script uses to turn a checkpoint (or a folder of released weights) into a model 
 
 A checkpoint is out_dir/ckpt_{step:06d}.pt = {model (state dict, clean keys), model_type,
 model_args, tokenizer (spec), step, config (the whole resolved config)}; every saved step is
-kept (checkpoint averaging needs the last K). The optimizer state of the newest step lives
-beside it in optim_{step:06d}.pt, for resume.
+kept (checkpoint averaging needs the last K). The optimizer state of the two newest steps lives
+beside them in optim_{step:06d}.pt, for resume (the older one if the newer cannot be read).
 
 Released weights come in and go out here too (at the end): SmolLM3 folders in the Hugging Face
 layout, read and written (export_hf.py, lm-eval); state-spaces' and transformers' Mamba2 folders
 read, and a Mamba2 handed to transformers.
 """
 
+import errno
+import fcntl
 import glob
-import hashlib
 import json
 import os
 import pickle
@@ -41,14 +42,32 @@ def fsync(path):
 def save(obj, path):
     """torch.save to a temporary file, on the disk before it is renamed into place and the rename
     on the disk before this returns: a crash, of the process or of the machine, leaves either the
-    old file or the new one, whole."""
+    old file or the new one, whole. A failed write leaves no temporary file behind; a full disk is
+    an OSError that names the path and the bytes it needs."""
     tmp = path + '.tmp'
-    with open(tmp, 'wb') as f:
-        torch.save(obj, f)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(tmp, 'wb') as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException as e:  # torch.save reports a full disk as a RuntimeError of its writer
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        need, free = tensor_bytes(obj), shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free
+        if getattr(e, 'errno', None) in (errno.ENOSPC, errno.EDQUOT) or isinstance(e, RuntimeError) and free < need:
+            raise OSError(errno.ENOSPC, f"the disk is full: {path} needs about {need:,} bytes, {free:,} are free") from None
+        raise
     os.replace(tmp, path)
     fsync(os.path.dirname(os.path.abspath(path)))
+
+
+def tensor_bytes(obj):
+    """The bytes of the tensors in a nested dict / list / tuple (about what torch.save writes)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(map(tensor_bytes, obj.values()))
+    return sum(map(tensor_bytes, obj)) if isinstance(obj, (list, tuple)) else 0
 
 
 def replace_folder(tmp, path):
@@ -66,24 +85,6 @@ def replace_folder(tmp, path):
     else:
         os.replace(tmp, path)
     fsync(os.path.dirname(os.path.abspath(path)))
-
-
-def folder_digest(path):
-    """{file name: sha256} of every file under the folder path (a DCP checkpoint), or None if it
-    is not a folder. train.py records it beside the pickles that torch.distributed.checkpoint
-    writes, and reads them back only if they still match: the run's own files, nothing put there
-    since. (Whoever can rewrite the checkpoint file too could forge the digests.)"""
-    if not os.path.isdir(path):
-        return None
-    digest = {}
-    for root, _, files in os.walk(path):
-        for name in sorted(files):
-            h = hashlib.sha256()
-            with open(os.path.join(root, name), 'rb') as f:
-                for block in iter(lambda: f.read(1 << 24), b''):
-                    h.update(block)
-            digest[os.path.relpath(os.path.join(root, name), path)] = h.hexdigest()
-    return digest
 
 
 def load(path, device='cpu'):
@@ -104,6 +105,34 @@ def steps(out_dir, prefix='ckpt', ext='.pt'):
 
 def step_path(out_dir, step, prefix='ckpt', ext='.pt'):
     return os.path.join(out_dir, f'{prefix}_{step:06d}{ext}')
+
+
+def clean(out_dir):
+    """Remove the temporary files of checkpoints whose write was interrupted (kill -9) from out_dir
+    -> their names. Only a run that holds out_dir's lock may call it."""
+    stale = sorted(glob.glob(os.path.join(out_dir, 'ckpt_*.tmp')) + glob.glob(os.path.join(out_dir, 'optim_*.tmp')))
+    for path in stale:
+        shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+    return [os.path.basename(p) for p in stale]
+
+
+def lock(out_dir):
+    """An advisory lock on out_dir, held until the process ends (kill -9 included): one writer per
+    run folder. -> the open lock file, to be kept; SystemExit naming the holder's pid if another
+    process has it."""
+    f = open(os.path.join(out_dir, 'lock'), 'a+')
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip() or 'unknown'
+        raise SystemExit(f"{out_dir} is in use by another run (pid {holder}): wait for it to end, or stop it "
+                         f"(kill {holder}), before writing to this folder") from None
+    f.seek(0)
+    f.truncate()
+    f.write(f"{os.getpid()}\n")
+    f.flush()
+    return f
 
 
 def build_model(model_type, args):

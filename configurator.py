@@ -10,6 +10,7 @@ an unknown key, in a file or on the command line, is an error that names it; a v
 wrong type is an error (an int is fine for a float, a tuple for a list); a global annotated with
 a type (`window: int | list = 0`) accepts exactly that type. A config file may import another
 (`from configs.scratch import *`). `--help` lists the keys, their defaults and comments.
+UPPER_CASE globals are constants, never keys.
 """
 
 import ast
@@ -24,8 +25,10 @@ CONFIG_TYPES = (int, float, bool, str, list, tuple, type(None))
 
 
 def config_keys(namespace):
-    """The config keys of a script: its public globals of plain types."""
-    return {k: v for k, v in namespace.items() if not k.startswith('_') and isinstance(v, CONFIG_TYPES)}
+    """The config keys of a script: its public globals of plain types, but not its constants
+    (UPPER_CASE names such as PROJECTIONS: the code's, not the user's)."""
+    return {k: v for k, v in namespace.items()
+            if not k.startswith('_') and not k.isupper() and isinstance(v, CONFIG_TYPES)}
 
 
 def _fits(value, t):

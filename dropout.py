@@ -37,11 +37,13 @@ VPAD_VARIANTS = ('A', 'B', 'C', 'D')
 
 
 def dropout(x, p, training=True):
-    """Inverted dropout: m * x / (1-p)."""
+    """Inverted dropout: m * x / (1-p). The scale multiplies x * m as a Python float, which
+    PyTorch applies in float32 even to a bf16 tensor: a bf16 mask scaled in place would hold
+    1/(1-0.1) as 1.109375, and E[D(x)] would be 0.998 x under autocast."""
     if not training or p == 0.0:
         return x
     keep, p = keep_mask(x, p)
-    return x * keep.mul_(1.0 / (1.0 - p))
+    return torch.mul(x, keep).mul_(1.0 / (1.0 - p))
 
 
 def vpad(x, p, variant='A', training=True, eps=1e-6):

@@ -1,19 +1,16 @@
 """
 FSDP2 for train.py (parallel='fsdp', under torchrun): the model sharded block by block over the
-processes, its whole state gathered for a checkpoint, the optimizer state written and read in
-shards. Each process holds 1/world of the weights, gradients and AdamW state; SmolLM3-3B's CPT
-needs it (docs/smollm3-cpt.md).
+processes; for a checkpoint its whole state is gathered, and so is the optimizer's. Each process
+holds 1/world of the weights, gradients and AdamW state; SmolLM3-3B's CPT needs it
+(docs/smollm3-cpt.md).
 """
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_optimizer_state_dict,
                                                      set_optimizer_state_dict)
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
-import checkpoint
 
 
 def wrap(model, device_type, bf16):
@@ -37,17 +34,14 @@ def model_state(model):
     return state
 
 
-def save_optimizer(model, optimizer, path):
-    """Every process writes its shards into the folder `path`; -> the folder's digest on the first
-    process (None on the others). DCP reads its files with pickle: a resume checks them against
-    this digest, kept in the weights_only checkpoint, before it reads them."""
-    dcp.save({'optimizer': get_optimizer_state_dict(model, optimizer)}, checkpoint_id=path)
-    dist.barrier()
-    return checkpoint.folder_digest(path) if dist.get_rank() == 0 else None
+def optimizer_state(model, optimizer):
+    """The whole optimizer state, gathered on the CPU of the first process (an empty dict on the
+    others), keyed by parameter name: train.py writes it with torch.save like any checkpoint and
+    reads it back with weights_only=True. (torch.distributed.checkpoint's sharded format would
+    read its metadata with pickle, which can run code.)"""
+    return get_optimizer_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
-def load_optimizer(model, optimizer, path):
-    """Each process reads its own shards from the folder `path` (its digest checked beforehand)."""
-    state = {'optimizer': get_optimizer_state_dict(model, optimizer)}
-    dcp.load(state, checkpoint_id=path)
-    set_optimizer_state_dict(model, optimizer, state['optimizer'])
+def load_optimizer(model, optimizer, state):
+    """Every process takes its shards of the whole state `state` (each reads the file, memory-mapped)."""
+    set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True))

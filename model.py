@@ -73,6 +73,8 @@ class TransformerConfig:
             raise ValueError(f"window must be >= 0 (0 = full attention), got {self.window}")
         if self.mlp not in ('gelu', 'swiglu') or self.norm not in ('rmsnorm', 'layernorm'):
             raise ValueError(f"mlp must be 'gelu' or 'swiglu' and norm 'rmsnorm' or 'layernorm', got {self.mlp!r}, {self.norm!r}")
+        if self.head_dim is None and self.n_embd % self.n_head:  # n_embd // n_head would drop the remainder
+            raise ValueError(f"n_embd ({self.n_embd}) must be a multiple of n_head ({self.n_head}), or give head_dim")
         if self.n_head % (self.n_kv_head or self.n_head):
             raise ValueError(f"n_head ({self.n_head}) must be a multiple of n_kv_head ({self.n_kv_head})")
         if self.attn_backend not in ('auto', 'sdpa', 'flex', 'manual'):

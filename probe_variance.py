@@ -138,6 +138,9 @@ if __name__ == '__main__':
     globals().update(configure(globals(), sys.argv[1:]))
     if not ckpt:
         raise SystemExit("give a checkpoint: --ckpt=out/quickstart/ckpt_000488.pt")
+    if dropout >= 1 or length < 0 or batch_size < 1:
+        raise SystemExit(f"config error: dropout must be below 1 (a negative value: the model's own), length >= 0 "
+                         f"(0: the training length) and batch_size >= 1, got {dropout}, {length}, {batch_size}")
     model, _, info = checkpoint.load_for_eval(ckpt, device, 'the probe')
     c = model.config
     dropout_type = dropout_type or c.dropout_type

@@ -10,11 +10,12 @@ The whole resolved config is printed and stored in every checkpoint.
 """
 
 import collections
+import ctypes
 import functools
 import json
 import math
 import os
-import shutil
+import signal
 import sys
 import time
 import uuid
@@ -42,6 +43,7 @@ log_interval = 10  # iterations between log lines (also written to out_dir/log.j
 eval_interval = 500  # iterations between evaluations (and at the end)
 ckpt_interval = 1000  # iterations between checkpoints (and at the end); see keep_last
 halt_at = 0  # if > 0, checkpoint and exit at this iteration; the schedule is unchanged (resume later)
+skip_steps = 0  # with init_from='resume' after a divergence: skip the batches of the next N iterations (kept by later resumes)
 # evaluation
 eval_iters = 20  # validation batches at the training length
 eval_lengths = [2048, 4096, 8192, 16384]  # lm: mean per-position loss in the bands (L1/2, L1], (L1, L2], ...
@@ -104,6 +106,8 @@ if device == 'auto':
 if parallel not in ('ddp', 'fsdp'):
     raise SystemExit(f"config error: parallel must be 'ddp' or 'fsdp', got {parallel!r}")
 if distributed:
+    if sys.platform == 'linux':  # torchrun starts each worker in a session of its own: end with torchrun, even on kill -9
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     dist.init_process_group(backend='nccl' if device.startswith('cuda') else 'gloo')
     rank, world = dist.get_rank(), dist.get_world_size()
     if device.startswith('cuda'):
@@ -131,6 +135,11 @@ if not (0 < learning_rate < 3e38 and 0 <= min_lr < 3e38):  # the optimizer compu
                      f"{learning_rate}, {min_lr}")
 if schedule not in ('wsd', 'constant', 'cosine'):
     raise SystemExit(f"config error: schedule must be 'wsd', 'constant' or 'cosine', got {schedule!r}")
+if not (0 <= warmup_frac and 0 <= anneal_frac and warmup_frac + (anneal_frac if schedule == 'wsd' else 0) <= 1):
+    raise SystemExit(f"config error: warmup_frac ({warmup_frac}) and anneal_frac ({anneal_frac}) are fractions of the "
+                     f"run: each >= 0, and warm-up plus anneal at most 1")
+if skip_steps < 0 or skip_steps and init_from != 'resume':
+    raise SystemExit(f"config error: skip_steps ({skip_steps}) skips batches of a resumed run: >= 0, with --init_from=resume")
 if wandb_log and master:
     try:
         import wandb
@@ -162,6 +171,10 @@ elif task == 'lm':
         raise SystemExit(str(e))
     say(f"data: {data_dir}, {len(train_data):,} train / {len(val_data):,} val tokens; tokenizer {train_data.meta['tokenizer']}"
         + (f"; {max_tokens / len(train_data):.1f} epochs" if train_tokens else ""))
+    for split, d in (('train', train_data), ('val', val_data)):
+        if d.sizes.max() <= block_size:
+            raise SystemExit(f"config error: block_size = {block_size}, but no {split} shard of {data_dir} holds more than "
+                             f"{d.sizes.max():,} tokens: windows of block_size + 1 do not fit; use a shorter block_size")
 else:
     raise SystemExit(f"config error: task must be 'lm', 'copy' or 'needle', got {task!r}")
 # the step's tokens_per_batch // block_size sequences go in micro-batches of the largest size up to
@@ -198,8 +211,7 @@ if model_type not in checkpoint.MODELS:
     raise SystemExit(f"config error: model_type must be one of {list(checkpoint.MODELS)}, got {model_type!r}")
 model_args = {f.name: config[f.name] if f.name in user_model_keys | {'vocab_size', 'block_size'} else f.default
               for f in fields(checkpoint.MODELS[model_type][1])}  # vocab and block size: as train.py resolved them
-start_iter, ckpt, optim_state, cpt_from = 0, None, None, None
-OPTIM_EXT = '.dcp' if sharded else '.pt'  # the optimizer state: a folder of shards under FSDP, a file under DDP
+start_iter, ckpt, optim_state, cpt_from, skips = 0, None, None, None, []
 RUNTIME = ('dropout', 'dropout_type', 'vpad_variant', 'attn_dropout', 'window', 'attn_backend', 'use_kernels')
 
 
@@ -217,38 +229,48 @@ def cpt_model_args(source_type, source_args, source):
 
 
 def read_pair(step):
-    """The checkpoint of `step` and its optimizer state (None under FSDP: its shards load later, by
-    every process, once their digests match the ones this checkpoint recorded)."""
+    """The checkpoint of `step` and its optimizer state, both read with weights_only=True."""
     ckpt = checkpoint.load(checkpoint.step_path(out_dir, step))
-    path = checkpoint.step_path(out_dir, step, 'optim', OPTIM_EXT)
-    if sharded:
-        if checkpoint.folder_digest(path) != ckpt.get('optim_digest'):
-            raise ValueError(f"the files of {path} are not the ones this run wrote (their digests differ from those "
-                             f"recorded in its checkpoint): refusing to read them")
-        return ckpt, None
-    return ckpt, checkpoint.load(path)['optimizer']
+    optim = checkpoint.load(checkpoint.step_path(out_dir, step, 'optim'))
+    if optim.get('sharded', False) != sharded:  # FSDP's state is keyed by parameter name, DDP's by index
+        raise SystemExit(f"{out_dir} was trained with parallel={'fsdp' if optim.get('sharded') else 'ddp'}: resume it "
+                         + ("under torchrun with --parallel=fsdp" if optim.get('sharded') else "without --parallel=fsdp"))
+    return ckpt, optim['optimizer']
 
 
-if init_from == 'scratch':
-    if checkpoint.steps(out_dir):
-        raise SystemExit(f"{out_dir} already holds checkpoints of an earlier run: continue it with --init_from=resume, "
-                         f"or choose another --out_dir (or delete the folder)")
-elif init_from == 'resume':
-    resumable = sorted(set(checkpoint.steps(out_dir)) & set(checkpoint.steps(out_dir, 'optim', OPTIM_EXT)))
+def replays_divergence():
+    """The iteration at which this run's last session diverged, if this resume would replay it:
+    it starts before that iteration with the same training config and skips no batches."""
+    records = [json.loads(line) for line in open(LOG)] if os.path.exists(LOG) else []
+    if not records or records[-1]['event'] != 'diverged' or 'skip_steps' in given or records[-1]['iter'] <= start_iter:
+        return None
+    same = all(records[-1]['config'].get(k) == v for k, v in config.items() if k not in NOT_TRAINING)
+    return records[-1]['iter'] if same else None
+
+
+# the keys that do not change what a run trains (a resume that changes only these replays it)
+NOT_TRAINING = ('init_from', 'halt_at', 'skip_steps', 'log_interval', 'eval_interval', 'ckpt_interval', 'keep_last',
+                'eval_iters', 'eval_lengths', 'eval_windows', 'task_eval_samples', 'wandb_log', 'wandb_project',
+                'wandb_run_name')
+LOG = os.path.join(out_dir, 'log.jsonl')
+# one writer per out_dir, for the life of this process: refused before reading what another run writes
+lock = checkpoint.lock(out_dir) if master and os.path.isdir(out_dir) and os.listdir(out_dir) else None
+if init_from != 'resume' and checkpoint.steps(out_dir):  # scratch or CPT (whose source may be one of them)
+    raise SystemExit(f"{out_dir} already holds checkpoints of an earlier run: continue it with --init_from=resume, "
+                     f"or choose another --out_dir (or delete the folder)")
+if init_from == 'resume':
+    resumable = sorted(set(checkpoint.steps(out_dir)) & set(checkpoint.steps(out_dir, 'optim')))
     if not resumable:
-        if set(checkpoint.steps(out_dir)) & set(checkpoint.steps(out_dir, 'optim', '.pt' if sharded else '.dcp')):
-            raise SystemExit(f"{out_dir} was trained with parallel={'ddp' if sharded else 'fsdp'} (its optimizer state is "
-                             f"{'one file' if sharded else 'sharded'}): resume it "
-                             + ("without --parallel=fsdp" if sharded else "under torchrun with --parallel=fsdp"))
         raise SystemExit(f"init_from='resume' but {out_dir} holds no checkpoint with optimizer state")
     for start_iter in reversed(resumable):  # the newest complete pair that reads
         try:
             ckpt, optim_state = read_pair(start_iter)
             break
         except (OSError, ValueError, KeyError) as e:
-            say(f"warning: cannot resume from step {start_iter} ({e}); trying the checkpoint before it")
+            say(f"warning: passing over step {start_iter}: {e}; trying the checkpoint before it")
     else:
         raise SystemExit(f"no checkpoint of {out_dir} could be read with its optimizer state (warnings above)")
+    skips = ckpt.get('skips', []) + ([[start_iter, skip_steps]] if skip_steps else [])
     cpt_from = ckpt.get('cpt_from')
     if cpt_from:  # a CPT run: its architecture is the source's, as when it started
         model_type = config['model_type'] = ckpt['model_type']
@@ -262,7 +284,7 @@ elif init_from == 'resume':
         raise SystemExit(f"config error: halt_at = {halt_at}, but the run resumes at iteration {start_iter}: "
                          f"give a later halt_at, or 0 to run to the end")
     say(f"resuming {out_dir} at iteration {start_iter}")
-else:  # CPT: the architecture and weights of the checkpoint, with this run's regularization and windows
+elif init_from != 'scratch':  # CPT: the architecture and weights of the checkpoint, this run's regularization and windows
     if not os.path.exists(init_from) and not checkpoint.hub_id(init_from):
         raise SystemExit(f"init_from must be 'scratch', 'resume', a checkpoint file, a weights folder or a Hugging Face "
                          f"repo id (HuggingFaceTB/SmolLM3-3B); {init_from} is none of these")
@@ -276,11 +298,22 @@ else:  # CPT: the architecture and weights of the checkpoint, with this run's re
     if not same_tokenizer(ckpt['tokenizer'], train_data.meta['tokenizer']):
         raise SystemExit(f"{init_from} was trained with tokenizer {ckpt['tokenizer']}, but the data is tokenized with "
                          f"{train_data.meta['tokenizer']}: prepare the data with the checkpoint's tokenizer")
+    if 'model_type' in given and model_type != ckpt['model_type']:
+        raise SystemExit(f"config error: {init_from} is a {ckpt['model_type']}, but the config sets model_type = "
+                         f"{model_type!r}: CPT keeps the checkpoint's model (remove model_type)")
     model_type = config['model_type'] = ckpt['model_type']
     model_args = cpt_model_args(model_type, ckpt['model_args'], init_from)
     cpt_from = init_from
     say(f"continued pre-training from {init_from} (step {ckpt['step']})")
 config.update(model_args)  # the stored config records the model that is trained
+replayed = replays_divergence() if init_from == 'resume' else None
+if replayed:
+    raise SystemExit(f"this resume from iteration {start_iter} would replay the divergence at iteration {replayed} (the "
+                     f"same config, the same batches): skip the batches that led to it with --skip_steps="
+                     f"{replayed - start_iter + 1}, or change the training (e.g. a lower learning_rate); "
+                     f"--skip_steps=0 replays it all the same")
+if skips:
+    say(f"skipping batches: from iteration {', from '.join(f'{a} the next {n}' for a, n in skips)} (skip_steps)")
 ckpt_recent = ckpt.get('recent_losses', []) if init_from == 'resume' else []
 torch.manual_seed(seed)  # the initial weights
 try:
@@ -319,11 +352,8 @@ say(f"weight decay {weight_decay} on {len(decay)} tensors ({sum(p.numel() for p 
     f"{'' if decay_embeddings else ', embeddings'})")
 optimizer = torch.optim.AdamW([{'params': decay, 'weight_decay': weight_decay}, {'params': no_decay, 'weight_decay': 0.0}],
                               lr=learning_rate, betas=(beta1, beta2), fused=device_type == 'cuda')
-if init_from == 'resume':
-    if sharded:  # each process reads its own shards (their digests were checked by read_pair)
-        fsdp.load_optimizer(model, optimizer, checkpoint.step_path(out_dir, start_iter, 'optim', OPTIM_EXT))
-    else:
-        optimizer.load_state_dict(optim_state)
+if init_from == 'resume':  # under FSDP each process takes its shards of the whole state
+    fsdp.load_optimizer(model, optimizer, optim_state) if sharded else optimizer.load_state_dict(optim_state)
     del optim_state
 recent = collections.deque(ckpt_recent, maxlen=20)  # the last training losses, for the spike check
 
@@ -414,36 +444,37 @@ def task_accuracy():
 
 
 def save_checkpoint(it):
-    """ckpt_{it}.pt, the whole model (the newest keep_last are kept, or all), and the optimizer state
-    beside it (only the newest): optim_{it}.pt, or under FSDP a folder optim_{it}.dcp of each
-    process's shards. Both written to a temporary name, then renamed."""
-    extra = {}
-    if sharded:  # the whole model gathered; the optimizer saved in shards by every process
-        state = fsdp.model_state(raw_model)
-        tmp = checkpoint.step_path(out_dir, it, 'optim', OPTIM_EXT) + '.tmp'
-        extra['optim_digest'] = fsdp.save_optimizer(raw_model, optimizer, tmp)
-    else:
-        state = raw_model.state_dict()
+    """optim_{it}.pt, the optimizer state, then ckpt_{it}.pt, the whole model: a checkpoint on disk
+    always has its optimizer state beside it. Each is written to a temporary name, then renamed;
+    the newest keep_last models are kept (or all) and the optimizer states of `it` and the step
+    before it (resume can go back one). A full disk stops the run, the pairs before intact."""
+    state = fsdp.model_state(raw_model) if sharded else raw_model.state_dict()  # FSDP: gathered from every process
+    optim = fsdp.optimizer_state(raw_model, optimizer) if sharded else optimizer.state_dict()
     if not master:
         return
-    checkpoint.save({'model': state, 'model_type': model_type, 'model_args': model_args,
-                     'tokenizer': train_data.meta['tokenizer'], 'step': it, 'config': config, 'cpt_from': cpt_from,
-                     'recent_losses': list(recent), **extra}, checkpoint.step_path(out_dir, it))
-    optim_path = checkpoint.step_path(out_dir, it, 'optim', OPTIM_EXT)
-    if sharded:
-        checkpoint.replace_folder(tmp, optim_path)
-    else:
-        checkpoint.save({'optimizer': optimizer.state_dict(), 'step': it}, optim_path)
-    for old in checkpoint.steps(out_dir, 'optim', OPTIM_EXT)[:-1]:  # only now that the new pair is complete
-        old = checkpoint.step_path(out_dir, old, 'optim', OPTIM_EXT)
-        shutil.rmtree(old) if sharded else os.remove(old)
+    path, optim_path = checkpoint.step_path(out_dir, it), checkpoint.step_path(out_dir, it, 'optim')
+    try:
+        checkpoint.save({'optimizer': optim, 'step': it, 'sharded': sharded}, optim_path)
+        checkpoint.save({'model': state, 'model_type': model_type, 'model_args': model_args, 'step': it,
+                         'tokenizer': train_data.meta['tokenizer'], 'config': config, 'cpt_from': cpt_from,
+                         'recent_losses': list(recent), 'skips': skips}, path)
+    except OSError as e:
+        if os.path.exists(optim_path) and not os.path.exists(path):
+            os.remove(optim_path)
+        raise SystemExit(f"stopping at iteration {it}: cannot save its checkpoint ({e}). The checkpoints before it are "
+                         f"intact: free some space and resume with --init_from=resume")
+    for old in [s for s in checkpoint.steps(out_dir, 'optim') if s < it][:-1]:  # now that the new pair is complete
+        os.remove(checkpoint.step_path(out_dir, old, 'optim'))
     for old in checkpoint.steps(out_dir)[:-keep_last] if keep_last else []:
         os.remove(checkpoint.step_path(out_dir, old))
-    print(f"saved {checkpoint.step_path(out_dir, it)}", flush=True)
+    print(f"saved {path}", flush=True)
 
 
 os.makedirs(out_dir, exist_ok=True)  # the first write: every config error above leaves nothing behind
-LOG = os.path.join(out_dir, 'log.jsonl')
+if master:
+    lock = lock or checkpoint.lock(out_dir)  # then nothing else writes here
+    for name in checkpoint.clean(out_dir):
+        say(f"removed {name}, left by an interrupted write")
 # every record names its session (0 for the first start, 1 after the first resume, ...): the steps
 # that a resumed run repeats can be told from the ones before the interruption
 session = sum(1 for line in open(LOG) if '"event": "start"' in line) if master and os.path.exists(LOG) else 0
@@ -498,8 +529,9 @@ def forward_backward(it, backward=True):
     loss_sum = torch.zeros((), device=device)
     for micro in range(grad_accum):
         j = micro * world + rank  # the micro-batch's index in the global batch: the same data and masks on any number of processes
-        torch.manual_seed(hash((seed, it, j)) % 2 ** 62)
-        x, y = train_data.batch(batch_size, block_size, batch_rng(seed, 0, it, j))
+        step = it + sum(n for start, n in skips if it >= start)  # the batches of this step (skip_steps moves them on)
+        torch.manual_seed(hash((seed, step, j)) % 2 ** 62)
+        x, y = train_data.batch(batch_size, block_size, batch_rng(seed, 0, step, j))
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         if backward and sharded:  # reduce the gradients on the last micro-step only (set in a no-grad
             raw_model.set_requires_gradient_sync(micro == grad_accum - 1)  # forward, it aborts gloo at exit)
@@ -515,26 +547,30 @@ def forward_backward(it, backward=True):
 
 def divergence(loss, grad_norm=0.0):
     """Why the current weights must not be kept (None if they may): a loss or gradient that is not
-    finite, or a loss spike_threshold nats above the lowest of the recent ones (weights blown up
-    by a huge step give a uniform output, ln(vocab), without ever reaching NaN)."""
+    finite, or a loss spike_threshold nats above a reference (weights blown up by a huge step give
+    a uniform output, ln(vocab), without ever reaching NaN). The reference is the lowest of the
+    recent losses; over the first 5 steps, while the loss falls fast, the first loss recorded."""
     if not (math.isfinite(loss) and math.isfinite(grad_norm)):
         return f"loss {loss}, gradient norm {grad_norm} (not finite)"
-    if spike_threshold and len(recent) >= 5 and loss > min(recent) + spike_threshold:
-        return (f"loss {loss:.4f}, {loss - min(recent):.2f} nats above the lowest of the last {len(recent)} "
-                f"(spike_threshold = {spike_threshold}; 0 turns the check off)")
+    reference, what = (min(recent), f"the lowest of the last {len(recent)}") if len(recent) >= 5 else (
+        (recent[0], "the first loss") if recent else (math.inf, ''))
+    if spike_threshold and loss > reference + spike_threshold:
+        return (f"loss {loss:.4f}, {loss - reference:.2f} nats above {what} (spike_threshold = {spike_threshold}; "
+                f"0 turns the check off)")
     return None
 
 
 def stop(it, why):
     """Diverged: exit without saving. Every checkpoint on disk was saved only after its own weights
     passed divergence(), so the newest one is good, and its optimizer state is still beside it."""
-    kept = sorted(set(checkpoint.steps(out_dir)) & set(checkpoint.steps(out_dir, 'optim', OPTIM_EXT)))
+    kept = [s for s in sorted(set(checkpoint.steps(out_dir)) & set(checkpoint.steps(out_dir, 'optim'))) if s <= it]
     good = checkpoint.step_path(out_dir, kept[-1]) if kept else None
     say(f"stopping at iteration {it}: {why}. Nothing was saved from these weights. " +
-        (f"The last good checkpoint is {good} (its optimizer state beside it): resume from it with "
-         f"--init_from=resume and a lower learning_rate or a longer warm-up." if good else
+        (f"The last good checkpoint is {good} (its optimizer state beside it): resume from it with --init_from=resume "
+         f"--skip_steps={it - kept[-1] + 1} (skips the batches of iterations {kept[-1]}-{it}, which led here), or "
+         f"with a lower learning_rate or a longer warm-up." if good else
          "No checkpoint was saved yet: start again with a lower learning_rate or a longer warm-up."))
-    log({'event': 'diverged', 'iter': it, 'reason': why, 'last_good': good})
+    log({'event': 'diverged', 'iter': it, 'reason': why, 'last_good': good, 'config': config})
     sys.exit(1)
 
 

@@ -7,7 +7,8 @@ import pytest
 from configurator import configure
 
 DEFAULTS = {'learning_rate': 6e-4, 'n_layer': 12, 'compile': None, 'name': 'x', 'eval_lengths': [1, 2],
-            'window': 0, 'flag': True, '__annotations__': {'window': int | list, 'compile': bool | None}}
+            'window': 0, 'flag': True, 'PROJECTIONS': ('q_proj',),  # a module constant: not a key
+            '__annotations__': {'window': int | list, 'compile': bool | None}}
 
 
 def test_files_then_overrides(tmp_path):
@@ -44,6 +45,7 @@ def test_a_file_can_import_another(tmp_path, monkeypatch):
     (['--window=4.0'], "window must be int or list"),
     (['--compile=1'], "compile must be bool or NoneType"),
     (['--flag'], "expected --key=value"),
+    (['--PROJECTIONS=()'], "unknown config key 'PROJECTIONS'"),
     (['missing_config.py'], "cannot read config file missing_config.py"),
 ])
 def test_errors_name_the_problem(argv, message):
@@ -87,6 +89,7 @@ def test_help_lists_every_key_with_its_default_and_comment(capsys, monkeypatch):
     assert train['batch_size'].startswith('16  # ') and train['d_state'].startswith('128  # ')
     assert {'ckpt', 'lengths', 'samples', 'essay'} <= set(listed['eval_ruler.py'])
     assert all(listed[s] for s in SCRIPTS)
+    assert not [k for s in SCRIPTS for k in listed[s] if k.isupper()]  # constants (probe_variance's PROJECTIONS) are no keys
     if importlib.util.find_spec('lm_eval'):  # apart: run here it would register its lm-eval model a second time
         import subprocess
         import sys

@@ -182,6 +182,19 @@ def test_eval_errors(tiny_data, tmp_path):
     assert r.returncode != 0 and 'has no tokenizer' in r.stderr
 
 
+@pytest.mark.parametrize('script,args,message', [
+    ('probe_variance.py', ['--dropout=1.0'], 'dropout must be below 1'),
+    ('probe_variance.py', ['--length=-5'], 'length >= 0 (0: the training length)'),
+    ('average_ckpts.py', ['--ckpt_dir=out', '--last=-3'], 'last must be >= 0 (0: all in the range)'),
+])
+def test_script_inputs_out_of_range_stop_at_once(monkeypatch, tmp_path, script, args, message):
+    """Refused in one line before any checkpoint is read (the checkpoint named does not even exist)."""
+    import runpy
+    monkeypatch.setattr('sys.argv', [script, f'--ckpt={tmp_path}/absent.pt', *args] if 'probe' in script else [script, *args])
+    with pytest.raises(SystemExit, match=re.escape(message)):
+        runpy.run_path(os.path.join(ROOT, script), run_name='__main__')
+
+
 def test_eval_ruler_script(tiny_data, tmp_path):
     ckpt = save_tiny(tmp_path / 'ckpt_000007.pt', tiny_data)
     r = run('eval_ruler.py', f'--ckpt={ckpt}', "--tasks=['niah_single_1', 'fwe', 'vt']", '--lengths=[1024, 2048]', '--samples=1')

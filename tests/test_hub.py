@@ -58,7 +58,8 @@ def test_a_repo_id_resolves_through_the_hub_cache(tmp_path, hub):
     assert not os.path.exists(tmp_path / 'x')  # nothing written
 
 
-def test_a_missing_local_path_says_both(hub):
+def test_a_missing_local_path_says_both(hub, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # an empty working directory: out/quickstart exists after the quick start
     for name in ('out/quickstart', 'no-such/folder'):  # a typo'd folder reads as a repo id: the message covers both
         with pytest.raises(ValueError, match='no local file or folder'):
             checkpoint.local(name)

@@ -25,7 +25,7 @@ def straight(tiny_data, tmp_path_factory):
 
 def test_checkpoints_log_and_table(straight):
     out, stdout = straight
-    assert checkpoint.steps(out) == [4, 8] and checkpoint.steps(out, 'optim') == [8]  # every model kept, newest optimizer
+    assert checkpoint.steps(out) == [4, 8] and checkpoint.steps(out, 'optim') == [4, 8]  # every model, two optimizers
     model, tok, ckpt = checkpoint.load_model(checkpoint.step_path(out, 8))
     assert ckpt['step'] == 8 and ckpt['model_type'] == 'transformer' and tok.spec == {'kind': 'byte'}
     assert ckpt['config']['dropout_type'] == 'vpad' and ckpt['config']['eval_lengths'] == [32, 64]
@@ -75,7 +75,10 @@ def test_continued_pretraining_starts_from_the_weights(straight, tiny_data, tmp_
     # a model key that CPT cannot change is an error that names it, before anything is written
     r = run_train(*TINY, f'--data_dir={tiny_data}', f'--out_dir={tmp_path}/other', f'--init_from={source}', '--n_embd=999')
     assert r.returncode != 0 and 'sets n_embd = 999 (the checkpoint has 32)' in r.stderr and 'Traceback' not in r.stderr
-    assert not os.path.exists(f'{tmp_path}/other/log.jsonl')
+    r = run_train(*TINY, f'--data_dir={tiny_data}', f'--out_dir={tmp_path}/other', f'--init_from={source}',
+                  '--model_type=mamba2')  # and so is another model type: CPT would have trained the source's
+    assert r.returncode != 0 and 'is a transformer, but the config sets model_type' in r.stderr
+    assert not os.path.exists(f'{tmp_path}/other')
     r = run_train(*TINY, f'--data_dir={tiny_data}', f'--out_dir={tmp_path}', f'--init_from={source}',
                   '--dropout_type=pre_linear', '--dropout=0.2', '--max_tokens=512')
     assert r.returncode == 0, r.stderr
@@ -101,11 +104,18 @@ def test_resume_with_another_model_shape_fails_clearly(straight, tiny_data, tmp_
     assert "cannot resume" in r.stderr and "n_embd: checkpoint 32 vs config 64" in r.stderr
 
 
-def test_scratch_refuses_to_overwrite_a_run(straight, tiny_data):
-    before = {p: os.path.getmtime(p) for p in glob.glob(os.path.join(straight[0], '*.pt'))}
-    r = run_train(*TINY, f'--data_dir={tiny_data}', f'--out_dir={straight[0]}')
-    assert r.returncode != 0 and '--init_from=resume' in r.stderr
-    assert {p: os.path.getmtime(p) for p in glob.glob(os.path.join(straight[0], '*.pt'))} == before
+def test_scratch_and_cpt_refuse_to_overwrite_a_run(straight, tiny_data, tmp_path):
+    """From scratch, or CPT (from one of the run's own checkpoints, or from another run's), into a
+    folder that holds checkpoints: refused before anything is written, the source untouched."""
+    files = lambda: {p: os.path.getmtime(p) for p in glob.glob(os.path.join(straight[0], '*')) if 'lock' not in p}  # noqa: E731
+    before = files()
+    other = tmp_path / 'other.pt'
+    checkpoint.save(checkpoint.load(checkpoint.step_path(straight[0], 4)), str(other))
+    for init in ('scratch', checkpoint.step_path(straight[0], 4), str(other)):
+        r = run_train(*TINY, f'--data_dir={tiny_data}', f'--out_dir={straight[0]}', f'--init_from={init}')
+        assert r.returncode != 0 and 'already holds checkpoints' in r.stderr and '--init_from=resume' in r.stderr
+        assert 'Traceback' not in r.stderr
+    assert files() == before  # the checkpoints and the log (the lock file names each run that asked for it)
 
 
 @pytest.mark.parametrize('args,message', [
@@ -126,11 +136,17 @@ def test_scratch_refuses_to_overwrite_a_run(straight, tiny_data):
     (['--schedule=linear'], "schedule must be 'wsd', 'constant' or 'cosine'"),
     (['--init_from=nowhere/ckpt_000001.pt'], "init_from must be 'scratch', 'resume', a checkpoint file, a weights folder or a Hugging Face repo id"),
     (['--model_type=rnn'], "model_type must be one of ['transformer', 'mamba2']"),
+    (['--block_size=60000', '--tokens_per_batch=60000', '--max_tokens=60000'],
+     "block_size = 60000, but no train shard of"),
+    (['--warmup_frac=2.0'], "warmup_frac (2.0) and anneal_frac (0.2) are fractions of the run"),
+    (['--warmup_frac=0.5', '--anneal_frac=0.6'], "warm-up plus anneal at most 1"),
+    (['--n_embd=66'], "n_embd (66) must be a multiple of n_head (4), or give head_dim"),
+    (['--skip_steps=2'], "skip_steps (2) skips batches of a resumed run: >= 0, with --init_from=resume"),
 ])
 def test_config_errors(tiny_data, tmp_path, args, message):
     r = run_train(*TINY, f'--data_dir={tiny_data}', f'--out_dir={tmp_path}', *args)
     assert r.returncode != 0 and message in r.stderr
-    assert 'Traceback' not in r.stderr
+    assert 'Traceback' not in r.stderr and not os.listdir(tmp_path)  # nothing written
 
 
 @pytest.mark.parametrize('config', sorted(glob.glob(os.path.join(ROOT, 'configs', '*.py'))))
@@ -192,7 +208,7 @@ def test_checkpoint_writes_reach_the_disk_before_and_after_the_rename(tmp_path, 
 @pytest.mark.parametrize('lr', [1e20, 1e6])
 def test_divergence_never_poisons_the_last_good_checkpoint(tiny_data, tmp_path, lr):
     """A run resumed at step 10 with a huge learning rate: its weights blow up at the first step (NaN
-    with 1e20; with 1e6 a uniform output, ln(vocab), never NaN). Nothing is saved from them, the
+    with 1e20; with 1e6 a uniform output, ln(vocab)). Nothing is saved from them, the
     message names checkpoint 10, its optimizer state is still there, and resuming from it with
     the run's own rate goes on to the end, loss for loss as a run that never diverged."""
     args = (*TINY, f'--data_dir={tiny_data}', '--max_tokens=4096', '--ckpt_interval=1', '--eval_lengths=[]')
@@ -202,9 +218,10 @@ def test_divergence_never_poisons_the_last_good_checkpoint(tiny_data, tmp_path, 
     assert run_train(*args, f'--out_dir={out}', '--halt_at=10').returncode == 0
     r = run_train(*args, f'--out_dir={out}', '--init_from=resume', f'--learning_rate={lr}')
     assert r.returncode == 1 and 'stopping at iteration 11' in r.stdout, r.stdout[-2000:]
-    assert ('not finite' if lr == 1e20 else 'nats above the lowest') in r.stdout
+    # 1e6 gives a uniform output, the loss ln(vocab), and on some CPUs a NaN gradient (AMD EPYC here), on others not
+    assert 'not finite' in r.stdout if lr == 1e20 else ('nats above the lowest' in r.stdout or 'gradient norm nan' in r.stdout)
     assert f'The last good checkpoint is {checkpoint.step_path(out, 10)}' in r.stdout
-    assert checkpoint.steps(out) == list(range(1, 11)) and checkpoint.steps(out, 'optim') == [10]
+    assert checkpoint.steps(out) == list(range(1, 11)) and checkpoint.steps(out, 'optim') == [9, 10]
     assert read_log(out, 'diverged')[0]['last_good'] == checkpoint.step_path(out, 10)
     r = run_train(*args, f'--out_dir={out}', '--init_from=resume')
     assert r.returncode == 0, r.stderr
@@ -212,20 +229,24 @@ def test_divergence_never_poisons_the_last_good_checkpoint(tiny_data, tmp_path, 
     assert resumed == [(x['iter'], x['loss']) for x in read_log(f'{tmp_path}/straight') if x['iter'] > 10]
 
 
-def test_resume_falls_back_to_the_newest_complete_pair(straight, tiny_data, tmp_path):
-    """A newest checkpoint cut short (a crash in the write window) is passed over with a warning."""
+def test_resume_passes_over_an_unreadable_newest_pair(straight, tiny_data, tmp_path):
+    """The newest checkpoint, then the newest optimizer state, cut short (a disk that lost them):
+    resume names the file, passes over it to the pair before (the optimizer state of the two newest
+    steps is kept) and ends as the straight run, loss for loss."""
     args = (*TINY, f'--data_dir={tiny_data}', f'--out_dir={tmp_path}', '--dropout_type=vpad', '--dropout=0.1',
-            '--anneal_frac=0.5')
-    assert run_train(*args, '--halt_at=4').returncode == 0
-    for prefix in ('ckpt', 'optim'):
-        data = open(checkpoint.step_path(str(tmp_path), 4, prefix), 'rb').read()
-        open(checkpoint.step_path(str(tmp_path), 6, prefix), 'wb').write(data[:len(data) // 2])
-    r = run_train(*args, '--init_from=resume')
-    assert r.returncode == 0, r.stderr
-    assert 'warning: cannot resume from step 6' in r.stdout and 'resuming' in r.stdout
-    assert [(x['iter'], x['loss']) for x in read_log(str(tmp_path))] == \
-        [(x['iter'], x['loss']) for x in read_log(straight[0])]
-    assert {x['session'] for x in read_log(str(tmp_path)) if x['iter'] > 4} == {1}  # the resumed session's records
+            '--anneal_frac=0.5', '--ckpt_interval=2')
+    assert run_train(*args, '--halt_at=6').returncode == 0
+    for prefix, halt in (('ckpt', 7), ('optim', 0)):
+        assert checkpoint.steps(str(tmp_path), 'optim') == ([4, 6] if prefix == 'ckpt' else [6, 7])
+        newest = checkpoint.step_path(str(tmp_path), 6 if prefix == 'ckpt' else 7, prefix)
+        data = open(newest, 'rb').read()
+        open(newest, 'wb').write(data[:len(data) // 2])
+        r = run_train(*args, '--init_from=resume', f'--halt_at={halt}')
+        assert r.returncode == 0, r.stderr
+        assert f'warning: passing over step {6 if prefix == "ckpt" else 7}: {newest} is not a checkpoint' in r.stdout
+        assert f'resuming {tmp_path} at iteration {4 if prefix == "ckpt" else 6}' in r.stdout
+    assert [(x['iter'], x['loss']) for x in read_log(str(tmp_path)) if x['session'] == 2] == \
+        [(x['iter'], x['loss']) for x in read_log(straight[0]) if x['iter'] > 6]
 
 
 def test_resume_errors_say_what_to_do(straight, tiny_data, tmp_path):
@@ -233,8 +254,8 @@ def test_resume_errors_say_what_to_do(straight, tiny_data, tmp_path):
     assert run_train(*args, '--halt_at=4').returncode == 0
     r = run_train(*args, '--init_from=resume', '--halt_at=4')
     assert r.returncode != 0 and 'halt_at = 4, but the run resumes at iteration 4' in r.stderr
-    os.remove(checkpoint.step_path(str(tmp_path), 4, 'optim'))
-    os.mkdir(checkpoint.step_path(str(tmp_path), 4, 'optim', '.dcp'))  # as an FSDP run leaves it
+    optim = dict(checkpoint.load(checkpoint.step_path(str(tmp_path), 4, 'optim')), sharded=True)
+    checkpoint.save(optim, checkpoint.step_path(str(tmp_path), 4, 'optim'))  # as an FSDP run leaves it
     r = run_train(*args, '--init_from=resume')
     assert r.returncode != 0 and 'was trained with parallel=fsdp' in r.stderr and '--parallel=fsdp' in r.stderr
     for bad, message in ((checkpoint.step_path(straight[0], 8, 'optim'), 'is an optimizer state (optim_*.pt)'),
@@ -272,7 +293,8 @@ def test_two_processes_match_one(one_process, tiny_data, tmp_path, parallel):
     assert ('FSDP over 2' in r.stdout) == (parallel == 'fsdp')
     assert [x['loss'] for x in read_log(str(tmp_path))] == pytest.approx(one_process, rel=1e-4)
     assert checkpoint.steps(str(tmp_path)) == [4, 8]
-    assert checkpoint.steps(str(tmp_path), 'optim', '.dcp' if parallel == 'fsdp' else '.pt') == [8]
+    optim = checkpoint.load(checkpoint.step_path(str(tmp_path), 8, 'optim'))  # a whole state, FSDP's too
+    assert checkpoint.steps(str(tmp_path), 'optim') == [4, 8] and optim['sharded'] == (parallel == 'fsdp')
     model, _, ckpt = checkpoint.load_model(checkpoint.step_path(str(tmp_path), 8))  # whole, with clean keys
     assert not any('_fsdp' in k or 'checkpoint' in k for k in ckpt['model'])
     tied = [ckpt['model'][k].untyped_storage().data_ptr() for k in ('wte.weight', 'lm_head.weight')]
@@ -368,18 +390,8 @@ def test_two_nodes_over_loopback_match_one_process(tiny_data, tmp_path):
                                                                              rel=1e-4)
 
 
-def test_fsdp_resume(one_process, tiny_data, tmp_path):
-    args = (*TINY, f'--data_dir={tiny_data}', f'--out_dir={tmp_path}', '--dropout_type=vpad', '--dropout=0.1', '--parallel=fsdp')
-    first = torchrun(*args, '--halt_at=4')
-    assert first.returncode == 0, first.stderr[-3000:]
-    assert os.path.isdir(checkpoint.step_path(str(tmp_path), 4, 'optim', '.dcp'))  # the optimizer in shards
-    second = torchrun(*args, '--init_from=resume')
-    assert second.returncode == 0, second.stderr[-3000:]
-    assert [x['loss'] for x in read_log(str(tmp_path))] == pytest.approx(one_process, rel=1e-4)
-
-
 class Payload:
-    """Unpickled, it creates a file: what a crafted .metadata could run instead."""
+    """Unpickled, it creates a file: what a crafted file could run instead of holding tensors."""
     def __init__(self, path):
         self.path = path
 
@@ -387,49 +399,40 @@ class Payload:
         return (open, (self.path, 'w'))
 
 
-def test_fsdp_resume_refuses_a_tampered_shard_folder(tiny_data, tmp_path):
-    """DCP reads its .metadata with pickle: a folder whose files differ from the digests the run
-    recorded is refused before anything is unpickled."""
+def test_fsdp_resume_reads_no_pickle(one_process, tiny_data, tmp_path):
+    """FSDP's optimizer state is one file read with weights_only=True, like every checkpoint: a
+    resume repeats the straight run; a crafted optimizer file is refused without running its code,
+    and so is a torch.distributed.checkpoint folder whose pickled .metadata has its digest recorded
+    in the checkpoint (such folders are never read)."""
+    import hashlib
     import pickle
-    out = tmp_path / 'run'
-    args = (*TINY, f'--data_dir={tiny_data}', f'--out_dir={out}', '--parallel=fsdp')
-    first = torchrun(*args, '--halt_at=4')
+    import shutil
+    out, forged = tmp_path / 'run', tmp_path / 'forged'
+    args = (*TINY, f'--data_dir={tiny_data}', '--dropout_type=vpad', '--dropout=0.1', '--parallel=fsdp')
+    first = torchrun(*args, f'--out_dir={out}', '--halt_at=4')
     assert first.returncode == 0, first.stderr[-3000:]
+    assert checkpoint.load(checkpoint.step_path(str(out), 4, 'optim'))['sharded']
+    shutil.copytree(out, forged)
     marker = tmp_path / 'ran'
-    (out / 'optim_000004.dcp' / '.metadata').write_bytes(pickle.dumps(Payload(str(marker))))
-    r = torchrun(*args, '--init_from=resume')
-    assert r.returncode != 0 and 'are not the ones this run wrote' in r.stdout + r.stderr
+    (forged / 'optim_000004.dcp').mkdir()
+    (forged / 'optim_000004.dcp' / '.metadata').write_bytes(pickle.dumps(Payload(str(marker))))
+    digest = {'.metadata': hashlib.sha256((forged / 'optim_000004.dcp' / '.metadata').read_bytes()).hexdigest()}
+    ckpt = checkpoint.load(checkpoint.step_path(str(forged), 4))  # the digest an older train.py checked, forged
+    checkpoint.save({**ckpt, 'optim_digest': digest}, checkpoint.step_path(str(forged), 4))
+    torch.save({'optimizer': Payload(str(marker)), 'sharded': True}, forged / 'optim_000004.pt')  # a torch.save file
+    r = torchrun(*args, f'--out_dir={forged}', '--init_from=resume')
+    assert r.returncode != 0 and 'could be read with its optimizer state' in r.stdout + r.stderr
+    assert 'passing over step 4' in r.stdout and 'Unsupported global' in r.stdout
     assert not marker.exists()
+    second = torchrun(*args, f'--out_dir={out}', '--init_from=resume')
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert [x['loss'] for x in read_log(str(out))] == pytest.approx(one_process, rel=1e-4)
 
 
 def test_keep_last(tiny_data, tmp_path):
     r = run_train(*TINY, f'--data_dir={tiny_data}', f'--out_dir={tmp_path}', '--ckpt_interval=2', '--keep_last=2')
     assert r.returncode == 0, r.stderr
     assert checkpoint.steps(str(tmp_path)) == [6, 8]
-
-
-def test_a_kill_in_the_write_window_loses_nothing(tiny_data, tmp_path):
-    """kill -9 as soon as a checkpoint's temporary file appears, three times: each run resumes from
-    what is on disk and ends with the checkpoint of a run that was never killed."""
-    import time
-    args = (*TINY, f'--data_dir={tiny_data}', '--ckpt_interval=1', '--eval_lengths=[]')
-    assert run_train(*args, f'--out_dir={tmp_path}/straight').returncode == 0
-    want = checkpoint.load(checkpoint.step_path(str(tmp_path / 'straight'), 8))['model']
-    for trial in range(3):
-        out = tmp_path / f'killed{trial}'
-        p = subprocess.Popen([sys.executable, 'train.py', *args, f'--out_dir={out}'], cwd=ROOT,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.time() + 120
-        while p.poll() is None and time.time() < deadline:
-            if len(glob.glob(str(out / '*.tmp'))) and len(checkpoint.steps(str(out))) >= 2 * trial:
-                p.kill()  # SIGKILL, inside the write of a checkpoint or of its optimizer state
-                break
-            time.sleep(0.001)
-        p.wait()
-        r = run_train(*args, f'--out_dir={out}', '--init_from=' + ('resume' if checkpoint.steps(str(out)) else 'scratch'))
-        assert r.returncode == 0, r.stderr[-2000:]
-        got = checkpoint.load(checkpoint.step_path(str(out), 8))['model']
-        assert all(torch.equal(want[k], got[k]) for k in want)
 
 
 MAMBA = ['--model_type=mamba2', '--n_embd=32', '--d_state=8', '--headdim=16', '--chunk_size=16']
