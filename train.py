@@ -43,7 +43,7 @@ log_interval = 10  # iterations between log lines (also written to out_dir/log.j
 eval_interval = 500  # iterations between evaluations (and at the end)
 ckpt_interval = 1000  # iterations between checkpoints (and at the end); see keep_last
 halt_at = 0  # if > 0, checkpoint and exit at this iteration; the schedule is unchanged (resume later)
-skip_steps = 0  # with init_from='resume' after a divergence: skip the batches of the next N iterations (kept by later resumes)
+skip_steps = 0  # with init_from='resume', after a divergence: skip the batches of the next N iterations
 # evaluation
 eval_iters = 20  # validation batches at the training length
 eval_lengths = [2048, 4096, 8192, 16384]  # lm: mean per-position loss in the bands (L1/2, L1], (L1, L2], ...
@@ -106,8 +106,8 @@ if device == 'auto':
 if parallel not in ('ddp', 'fsdp'):
     raise SystemExit(f"config error: parallel must be 'ddp' or 'fsdp', got {parallel!r}")
 if distributed:
-    if sys.platform == 'linux':  # torchrun starts each worker in a session of its own: end with torchrun, even on kill -9
-        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    if sys.platform == 'linux':  # torchrun starts each worker in a session of its own: end with torchrun
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG (torchrun killed -9 included)
     dist.init_process_group(backend='nccl' if device.startswith('cuda') else 'gloo')
     rank, world = dist.get_rank(), dist.get_world_size()
     if device.startswith('cuda'):
@@ -139,7 +139,8 @@ if not (0 <= warmup_frac and 0 <= anneal_frac and warmup_frac + (anneal_frac if 
     raise SystemExit(f"config error: warmup_frac ({warmup_frac}) and anneal_frac ({anneal_frac}) are fractions of the "
                      f"run: each >= 0, and warm-up plus anneal at most 1")
 if skip_steps < 0 or skip_steps and init_from != 'resume':
-    raise SystemExit(f"config error: skip_steps ({skip_steps}) skips batches of a resumed run: >= 0, with --init_from=resume")
+    raise SystemExit(f"config error: skip_steps ({skip_steps}) skips batches of a resumed run: >= 0, with "
+                     f"--init_from=resume")
 if wandb_log and master:
     try:
         import wandb
@@ -173,8 +174,9 @@ elif task == 'lm':
         + (f"; {max_tokens / len(train_data):.1f} epochs" if train_tokens else ""))
     for split, d in (('train', train_data), ('val', val_data)):
         if d.sizes.max() <= block_size:
-            raise SystemExit(f"config error: block_size = {block_size}, but no {split} shard of {data_dir} holds more than "
-                             f"{d.sizes.max():,} tokens: windows of block_size + 1 do not fit; use a shorter block_size")
+            raise SystemExit(f"config error: block_size = {block_size}, but no {split} shard of {data_dir} holds "
+                             f"more than {d.sizes.max():,} tokens: windows of block_size + 1 do not fit; use a "
+                             f"shorter block_size")
 else:
     raise SystemExit(f"config error: task must be 'lm', 'copy' or 'needle', got {task!r}")
 # the step's tokens_per_batch // block_size sequences go in micro-batches of the largest size up to
@@ -233,8 +235,8 @@ def read_pair(step):
     ckpt = checkpoint.load(checkpoint.step_path(out_dir, step))
     optim = checkpoint.load(checkpoint.step_path(out_dir, step, 'optim'))
     if optim.get('sharded', False) != sharded:  # FSDP's state is keyed by parameter name, DDP's by index
-        raise SystemExit(f"{out_dir} was trained with parallel={'fsdp' if optim.get('sharded') else 'ddp'}: resume it "
-                         + ("under torchrun with --parallel=fsdp" if optim.get('sharded') else "without --parallel=fsdp"))
+        raise SystemExit(f"{out_dir} was trained with parallel={'fsdp' if optim.get('sharded') else 'ddp'}: resume "
+                         f"it {'under torchrun with' if optim.get('sharded') else 'without'} --parallel=fsdp")
     return ckpt, optim['optimizer']
 
 
@@ -244,7 +246,7 @@ def replays_divergence():
     records = [json.loads(line) for line in open(LOG)] if os.path.exists(LOG) else []
     if not records or records[-1]['event'] != 'diverged' or 'skip_steps' in given or records[-1]['iter'] <= start_iter:
         return None
-    same = all(records[-1]['config'].get(k) == v for k, v in config.items() if k not in NOT_TRAINING)
+    same = all(records[-1].get('config', {}).get(k) == v for k, v in config.items() if k not in NOT_TRAINING)
     return records[-1]['iter'] if same else None
 
 
@@ -284,7 +286,7 @@ if init_from == 'resume':
         raise SystemExit(f"config error: halt_at = {halt_at}, but the run resumes at iteration {start_iter}: "
                          f"give a later halt_at, or 0 to run to the end")
     say(f"resuming {out_dir} at iteration {start_iter}")
-elif init_from != 'scratch':  # CPT: the architecture and weights of the checkpoint, this run's regularization and windows
+elif init_from != 'scratch':  # CPT: the checkpoint's architecture and weights, this run's regularization and windows
     if not os.path.exists(init_from) and not checkpoint.hub_id(init_from):
         raise SystemExit(f"init_from must be 'scratch', 'resume', a checkpoint file, a weights folder or a Hugging Face "
                          f"repo id (HuggingFaceTB/SmolLM3-3B); {init_from} is none of these")
@@ -308,8 +310,8 @@ elif init_from != 'scratch':  # CPT: the architecture and weights of the checkpo
 config.update(model_args)  # the stored config records the model that is trained
 replayed = replays_divergence() if init_from == 'resume' else None
 if replayed:
-    raise SystemExit(f"this resume from iteration {start_iter} would replay the divergence at iteration {replayed} (the "
-                     f"same config, the same batches): skip the batches that led to it with --skip_steps="
+    raise SystemExit(f"this resume from iteration {start_iter} would replay the divergence at iteration {replayed} "
+                     f"(the same config, the same batches): skip the batches that led to it with --skip_steps="
                      f"{replayed - start_iter + 1}, or change the training (e.g. a lower learning_rate); "
                      f"--skip_steps=0 replays it all the same")
 if skips:
