@@ -103,6 +103,11 @@ def steps(out_dir, prefix='ckpt', ext='.pt'):
     return sorted(int(m.group(1)) for m in found if m)
 
 
+def pairs(out_dir):
+    """Sorted steps that have both a checkpoint and its optimizer state: the ones a run can resume from."""
+    return sorted(set(steps(out_dir)) & set(steps(out_dir, 'optim')))
+
+
 def step_path(out_dir, step, prefix='ckpt', ext='.pt'):
     return os.path.join(out_dir, f'{prefix}_{step:06d}{ext}')
 

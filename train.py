@@ -261,7 +261,7 @@ if init_from != 'resume' and checkpoint.steps(out_dir):  # scratch or CPT (whose
     raise SystemExit(f"{out_dir} already holds checkpoints of an earlier run: continue it with --init_from=resume, "
                      f"or choose another --out_dir (or delete the folder)")
 if init_from == 'resume':
-    resumable = sorted(set(checkpoint.steps(out_dir)) & set(checkpoint.steps(out_dir, 'optim')))
+    resumable = checkpoint.pairs(out_dir)
     if not resumable:
         raise SystemExit(f"init_from='resume' but {out_dir} holds no checkpoint with optimizer state")
     for start_iter in reversed(resumable):  # the newest complete pair that reads
@@ -529,9 +529,9 @@ def forward_backward(it, backward=True):
     backward its gradients. The batches and the dropout masks of iteration `it` are functions of
     (seed, it, micro-batch) alone, so a resumed run repeats a straight one exactly."""
     loss_sum = torch.zeros((), device=device)
+    step = it + sum(n for start, n in skips if it >= start)  # whose batches iteration it takes (skip_steps moves them on)
     for micro in range(grad_accum):
         j = micro * world + rank  # the micro-batch's index in the global batch: the same data and masks on any number of processes
-        step = it + sum(n for start, n in skips if it >= start)  # the batches of this step (skip_steps moves them on)
         torch.manual_seed(hash((seed, step, j)) % 2 ** 62)
         x, y = train_data.batch(batch_size, block_size, batch_rng(seed, 0, step, j))
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
@@ -554,8 +554,10 @@ def divergence(loss, grad_norm=0.0):
     recent losses; over the first 5 steps, while the loss falls fast, the first loss recorded."""
     if not (math.isfinite(loss) and math.isfinite(grad_norm)):
         return f"loss {loss}, gradient norm {grad_norm} (not finite)"
-    reference, what = (min(recent), f"the lowest of the last {len(recent)}") if len(recent) >= 5 else (
-        (recent[0], "the first loss") if recent else (math.inf, ''))
+    if len(recent) >= 5:
+        reference, what = min(recent), f"the lowest of the last {len(recent)}"
+    else:  # the first steps
+        reference, what = (recent[0], "the first loss") if recent else (math.inf, '')
     if spike_threshold and loss > reference + spike_threshold:
         return (f"loss {loss:.4f}, {loss - reference:.2f} nats above {what} (spike_threshold = {spike_threshold}; "
                 f"0 turns the check off)")
@@ -565,7 +567,7 @@ def divergence(loss, grad_norm=0.0):
 def stop(it, why):
     """Diverged: exit without saving. Every checkpoint on disk was saved only after its own weights
     passed divergence(), so the newest one is good, and its optimizer state is still beside it."""
-    kept = [s for s in sorted(set(checkpoint.steps(out_dir)) & set(checkpoint.steps(out_dir, 'optim'))) if s <= it]
+    kept = [s for s in checkpoint.pairs(out_dir) if s <= it]
     good = checkpoint.step_path(out_dir, kept[-1]) if kept else None
     say(f"stopping at iteration {it}: {why}. Nothing was saved from these weights. " +
         (f"The last good checkpoint is {good} (its optimizer state beside it): resume from it with --init_from=resume "
