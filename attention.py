@@ -37,21 +37,32 @@ def attention(q, k, v, q_start, k_start, slopes=None, window=0, dropout_p=0.0, b
     q (B, H, Tq, hd), k and v (B, Hkv, Tk, hd) -> (B, H, Tq, hd)"""
     kernel = attention_kernel(backend, q, k, q_start, k_start, slopes, window, dropout_p, alpha)
     if kernel == 'adasplash':
-        return adasplash(q, *repeat_kv(q, k, v), alpha=1.5, is_causal=True)
+        return fused_entmax(q, *repeat_kv(q, k, v))
     if kernel == 'flex':
         return flex(q, k, v, q_start - k_start, slopes, window)
     if kernel == 'flash':
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p, enable_gqa=q.size(1) != k.size(1))
-    # an explicit mask, or the scores written out: queries go in slices that bound the scores (or
-    # mask entries) to SCORE_ENTRIES, the batch included, so that a long input never holds T x T
+    # an explicit mask, or the scores written out: queries go in slices of `rows`, so that a long
+    # input never holds T x T. A slice materialises the scores of every sequence and head where they
+    # are written out (and in SDPA's math kernel, which CPU takes for attention dropout); else only the
+    # mask that SDPA's fused kernels take as it is, (1, H, rows, Tk) with the bias, (rows, Tk) without
     k, v = repeat_kv(q, k, v)  # SDPA takes GQA with a mask only in its math kernel: whole heads
-    rows = max(1, SCORE_ENTRIES // (q.size(0) * q.size(1) * k.size(2)))
+    if kernel == 'manual' or (dropout_p > 0 and q.device.type == 'cpu'):
+        per_row = q.size(0) * q.size(1) * k.size(2)
+    else:
+        per_row = (q.size(1) if slopes is not None else 1) * k.size(2)
+    rows = max(1, SCORE_ENTRIES // per_row)
     slices = range(0, q.size(2), rows)
     if kernel == 'manual':
         return torch.cat([written_out(q[:, :, i:i + rows], k, v, q_start + i, k_start, slopes, window, dropout_p, alpha)
                           for i in slices], dim=2)
     return torch.cat([masked_sdpa(q[:, :, i:i + rows], k, v, q_start + i, k_start, slopes, window, dropout_p)
                       for i in slices], dim=2)
+
+
+@torch.compiler.disable  # AdaSplash's Triton kernels run outside the caller's graph, as mamba.py's kernels do
+def fused_entmax(q, k, v):
+    return adasplash(q, k, v, alpha=1.5, is_causal=True)
 
 
 def attention_kernel(backend, q, k, q_start, k_start, slopes, window, dropout_p, alpha):
@@ -166,7 +177,7 @@ def flex(q, k, v, offset, slopes=None, window=0):
     compiling = torch.compiler.is_compiling()
     # the offset as a tensor for the compiled callable (a constant would recompile it per offset);
     # inside a compiled model, a plain number (a tensor made in the graph is no input the kernel can take)
-    offset_t = offset if compiling else torch.tensor(offset, device=q.device)
+    offset_t = offset if compiling else offset_tensor(offset, q.device)
     score_mod = None
     if slopes is not None:
         def score_mod(score, b, h, qi, ki):  # -m_h * (i - j) with the query's absolute index: without
@@ -182,12 +193,21 @@ def block_mask(Tq, Tk, offset, window, device):
     layer and step reuses it). Inside a compiled region it is traced instead (dynamo ignores the
     cache), and built without its own torch.compile, which dynamo cannot trace (a graph break per layer)."""
     compiling = torch.compiler.is_compiling()
-    offset_t = offset if compiling else torch.tensor(offset, device=device)
+    offset_t = offset if compiling else offset_tensor(offset, device)
 
     def mask_mod(b, h, qi, ki):
         d = qi + offset_t - ki
         return (d >= 0) & (d < window) if window else d >= 0
-    return create_block_mask(mask_mod, None, None, Tq, Tk, device=device, _compile=device.type == 'cuda' and not compiling)
+    create = _compiled_block_mask() if device.type == 'cuda' and not compiling else create_block_mask
+    return create(mask_mod, None, None, Tq, Tk, device=device)
+
+
+@functools.lru_cache(maxsize=64)
+def offset_tensor(offset, device):
+    """The query offset as a 0-d tensor on the device, made once per offset (shared by every layer)
+    and by a fill kernel: torch.tensor(offset, device='cuda') copies from the host and waits for it."""
+    with torch.inference_mode(False):  # a tensor that a later training step may also save for its backward
+        return torch.full((), offset, device=device)
 
 
 @functools.lru_cache(maxsize=1)
@@ -196,3 +216,10 @@ def _compiled_flex():
     # graphs serve every (B, Tq, Tk, offset). dynamic=False compiled one graph per shape and fell
     # back to the unfused kernel (the full score matrix) after dynamo's limit of 8.
     return torch.compile(flex_attention)
+
+
+@functools.lru_cache(maxsize=1)
+def _compiled_block_mask():
+    # compiled, create_block_mask never builds the (Tq, Tk) mask it summarises (torch 2.13 deprecates
+    # its own _compile=True for this); the offset is a tensor, as for _compiled_flex()
+    return torch.compile(create_block_mask)

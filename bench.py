@@ -20,6 +20,7 @@ import resource
 import sys
 import time
 import traceback
+import warnings
 from contextlib import nullcontext
 from dataclasses import fields
 
@@ -114,7 +115,6 @@ class NanoGPT(nn.Module):
         return 6 * weights + 12 * len(self.blocks) * self.wpe.embedding_dim * T
 
 
-@torch.no_grad()
 def measure_context(model_type, args, length, gen_tokens, chunk_size, device, dtype, queue):
     """In a fresh process: prefill a random prompt of `length` tokens in chunks through the
     model's cache, then decode gen_tokens greedily; the two times and the process's peak memory
@@ -141,7 +141,10 @@ def child_result(p, queue):
     return r
 
 
+@torch.no_grad()  # with gradients on, a 64K prefill would keep every activation for a backward that never comes
 def context_times(model_type, args, length, gen_tokens, chunk_size, device, dtype):
+    """Prefill time, decoding time per token, the peak memory and, on CUDA, the host syncs per
+    decoded token (a sync per layer would stall every token: gpu_check.py bounds them)."""
     model = build(model_type, args, device).to(getattr(torch, dtype)).eval()
     idx = torch.randint(0, args['vocab_size'], (1, length), device=device)
     cache = model.new_cache()
@@ -150,13 +153,24 @@ def context_times(model_type, args, length, gen_tokens, chunk_size, device, dtyp
         x = model.hidden(idx[:, s:s + chunk_size], cache)
     sync(device)
     t1 = time.perf_counter()
-    for _ in range(gen_tokens):
-        x = model.hidden(model.lm_head(x[:, -1]).argmax(-1, keepdim=True), cache)
+    cuda = device.startswith('cuda')
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        if cuda:
+            torch.cuda.set_sync_debug_mode('warn')  # each synchronizing call warns
+        try:
+            for _ in range(gen_tokens):
+                x = model.hidden(model.lm_head(x[:, -1]).argmax(-1, keepdim=True), cache)
+        finally:
+            if cuda:
+                torch.cuda.set_sync_debug_mode('default')
     sync(device)
     t2 = time.perf_counter()
+    syncs = sum('synchroniz' in str(w.message) for w in caught) / gen_tokens if cuda else None
     peak = torch.cuda.max_memory_allocated() if device.startswith('cuda') else \
         resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kilobytes on Linux
-    return {'prefill_s': t1 - t0, 'ms_per_token': 1000 * (t2 - t1) / gen_tokens, 'peak_mb': peak / 2 ** 20}
+    return {'prefill_s': t1 - t0, 'ms_per_token': 1000 * (t2 - t1) / gen_tokens, 'peak_mb': peak / 2 ** 20,
+            'syncs_per_token': syncs}
 
 
 if __name__ == '__main__':

@@ -1,8 +1,9 @@
 """
 What a training step asks of the machine: the memory it holds per process, by a rule of thumb
 (train.py prints it before training, so that a config that cannot fit says so at once;
-tests/test_hardware.py checks it against the tensors a CPU step saves for its backward), and
-the GPU's peak FLOP/s, for MFU (train.py, bench.py, gpu_check.py).
+tests/test_hardware.py checks it against the tensors a CPU step saves for its backward), the
+memory of a long prefill and decoding through the KV cache (gpu_check.py holds a GPU's peak to
+both), and the GPU's peak FLOP/s, for MFU (train.py, bench.py, gpu_check.py).
 """
 
 import torch
@@ -29,6 +30,23 @@ def memory_estimate(model, batch_size, block_size, bf16, checkpointing=False, fs
     else:
         acts, attention = layer * c.n_layer, probs * c.n_layer
     return {'states': states, 'activations': acts, 'attention': attention, 'logits': 10 * tokens * c.vocab_size}
+
+
+def inference_estimate(model, length, chunk, bf16):
+    """-> bytes by part of a transformer's chunked prefill of `length` tokens, then greedy decoding
+    (model.generate, bench.context_times), with fused attention (flex; SDPA's causal kernels):
+    'weights' (in the compute dtype), 'cache' (every layer's keys and values; a windowed layer keeps
+    its last W - 1 as a view of the chunk's concatenation, whose storage holds W - 1 + chunk),
+    'transient' (the most held at once besides: a full layer's keys and values concatenated anew
+    while the old ones live, and the chunk's activations)."""
+    c, b = model.config, 2 if bf16 else 4
+    hd = c.head_dim or c.n_embd // c.n_head
+    per_token = 2 * (c.n_kv_head or c.n_head) * hd * b  # one layer's key and value
+    held = [min(length, w - 1 + chunk) if w else length for w in c.layer_windows()]
+    ffn = c.ffn_dim or 4 * c.n_embd
+    acts = chunk * (8 * c.n_embd + 3 * ffn) * b  # residual, normalised input, q/k/v/o, the MLP's hidden (gate, up)
+    return {'weights': b * model.num_params(False), 'cache': per_token * sum(held),
+            'transient': per_token * max(held) + acts}
 
 
 # dense bf16 peak FLOP/s of a GPU (vendor data sheets, without sparsity), for MFU, by the exact name

@@ -90,9 +90,10 @@ def three_steps(variant, monkeypatch):
 
 
 def test_flex_model_compiles_to_one_graph(monkeypatch):
-    """The block mask is built inside the compiled graph, without the nested torch.compile that
-    create_block_mask uses on CUDA in eager code (dynamo cannot trace it: two graph breaks per
-    layer). CUDA is simulated for block_mask by recording what create_block_mask is asked for."""
+    """The block mask is built inside the compiled graph by create_block_mask itself, not by the
+    compiled create_block_mask that eager code uses on CUDA (a torch.compile inside the graph would
+    break it twice per layer; torch 2.13 deprecates create_block_mask's own _compile=True). CUDA is
+    simulated for block_mask by recording which of the two builds the mask."""
     torch._dynamo.reset()
     torch.manual_seed(0)
     m = model.Transformer(model.TransformerConfig(**SMALL, window=[8, 0], attn_backend='flex')).eval()
@@ -104,14 +105,35 @@ def test_flex_model_compiles_to_one_graph(monkeypatch):
             out = torch.compile(m, fullgraph=True, backend='aot_eager')(idx, idx)[1]
         torch.testing.assert_close(out, m(idx, idx)[1], atol=1e-5, rtol=1e-5)
 
-    asked, real_mask, real_tensor = [], attention.create_block_mask, torch.tensor
-    monkeypatch.setattr(attention, 'create_block_mask', lambda *args, device, _compile, **kw: (
-        asked.append(_compile), real_mask(*args, device='cpu', _compile=False, **kw))[1])
-    monkeypatch.setattr(torch, 'tensor', lambda data, device=None: real_tensor(data))  # no CUDA tensors here
+    asked, real_mask = [], attention.create_block_mask
+
+    def recorder(name):
+        return lambda *args, device, **kw: (asked.append(name), real_mask(*args, device='cpu', **kw))[1]
+    monkeypatch.setattr(attention, 'create_block_mask', recorder('plain'))
+    monkeypatch.setattr(attention, '_compiled_block_mask', lambda: recorder('compiled'))
+    monkeypatch.setattr(attention, 'offset_tensor', lambda offset, device: torch.tensor(offset))  # no CUDA tensors here
     cuda = torch.device('cuda')
     attention.block_mask.cache_clear()
-    attention.block_mask(16, 16, 0, 0, cuda)  # eager: compiled by create_block_mask itself
+    attention.block_mask(16, 16, 0, 0, cuda)  # eager
     torch.compile(lambda: attention.block_mask(16, 16, 0, 0, cuda).kv_num_blocks, fullgraph=True, backend='eager')()
     attention.block_mask.cache_clear()
-    assert asked == [True, False]
+    assert asked == ['compiled', 'plain']
     torch._dynamo.reset()
+
+
+def test_the_offset_tensor_is_made_once_per_offset(monkeypatch):
+    """Eager flex takes the query offset as a tensor: made once per offset and device (by a fill,
+    not a host copy), and every layer's score_mod and the block mask take that one. It used to be
+    torch.tensor(offset, device='cuda') in every layer: a copy that waits, per layer and token."""
+    made, asked, full, real = [], [], torch.full, attention.offset_tensor
+    monkeypatch.setattr(torch, 'full', lambda *a, **kw: (made.append(a[1]), full(*a, **kw))[1])
+    monkeypatch.setattr(attention, 'offset_tensor', lambda offset, device: (asked.append(offset), real(offset, device))[1])
+    real.cache_clear()
+    attention.block_mask.cache_clear()
+    m = model.Transformer(model.TransformerConfig(**SMALL, attn_backend='flex')).eval()  # NAPE: flex's score_mod takes it
+    with torch.no_grad():
+        cache = m.new_cache()
+        for s in range(0, 32, 8):
+            m.hidden(torch.randint(0, 61, (1, 8)), cache)
+    assert asked == [offset for offset in (0, 8, 16, 24) for _ in range(3)]  # 2 layers' score_mod, 1 block mask
+    assert made == [0, 8, 16, 24]

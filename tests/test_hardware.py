@@ -63,3 +63,24 @@ def test_fsdp_states_count_the_unsharded_gradients_of_no_sync_micro_steps():
     assert hardware.memory_estimate(m, 2, 32, True)['states'] == 16 * n
     assert hardware.memory_estimate(m, 2, 32, True, fsdp_world=4)['states'] == 4 * n
     assert hardware.memory_estimate(m, 2, 32, True, fsdp_world=4, no_sync=True)['states'] == 8 * n
+
+
+@pytest.mark.parametrize('window', [0, 24])
+def test_inference_estimate_counts_what_the_kv_cache_holds(window):
+    """The cache term equals the bytes of the storages a KV cache holds after a chunked prefill:
+    full layers every position, a windowed layer its last W - 1 as a view of the last concatenation
+    (W - 1 + chunk positions). The model is built on meta for the estimate, as gpu_check.py does."""
+    args = dict(vocab_size=61, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, window=[window, 0])
+    torch.manual_seed(0)
+    m = Transformer(TransformerConfig(**args)).eval()
+    L, chunk = 96, 16
+    cache = m.new_cache()
+    with torch.no_grad():
+        for s in range(0, L, chunk):
+            m.hidden(torch.randint(0, 61, (1, chunk)), cache)
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in [*cache.k.values(), *cache.v.values()]}
+    with torch.device('meta'):
+        shape = Transformer(TransformerConfig(**args))
+    est = hardware.inference_estimate(shape, L, chunk, bf16=False)
+    assert est['cache'] == sum(storages.values())
+    assert est['weights'] == 4 * m.num_params(False)

@@ -284,3 +284,54 @@ def test_paper_config_parameter_count_on_meta():
     per_layer = 4 * 768 * 768 + 2 * 768 * 3072 + 2 * 768  # q, k, v, o; GELU MLP up, down; two RMSNorms
     assert m.num_params() == 24 * per_layer + 768  # + the final norm: 169,906,944
     assert m.num_params(non_embedding=False) == 24 * per_layer + 768 + 50304 * 768  # tied head: 208,540,416
+
+
+def sdpa_calls_per_layer(monkeypatch, B, H, Hkv, T, hd, slopes, window, device):
+    """How many SDPA calls attention() makes for one layer with attention dropout at B x T: the
+    masked calls are counted, not run (autocast has no meta device), the causal ones run on meta."""
+    import attention as attention_module
+    calls, sdpa = [], F.scaled_dot_product_attention
+    monkeypatch.setattr(attention_module.F, 'scaled_dot_product_attention',
+                        lambda *a, **kw: (calls.append(1), sdpa(*a, **kw))[1])
+    monkeypatch.setattr(attention_module, 'masked_sdpa', lambda q, *a: (calls.append(1), torch.empty_like(q))[1])
+    q, k = torch.empty(B, H, T, hd, device=device), torch.empty(B, Hkv, T, hd, device=device)
+    attention(q, k, k, 0, 0, None if slopes is None else slopes.to(device), window, 0.1, 'auto')
+    return len(calls)
+
+
+def test_masked_sdpa_slices_by_what_it_materialises(monkeypatch):
+    """SDPA's fused CUDA kernels take the mask as given, (1, H, rows, Tk) with NAPE's bias and
+    (rows, Tk) without, and keep no scores: slices bound the mask, not the batch times it. The
+    paper's configs with attention dropout, on the meta device (CUDA's rule; nothing computed):
+    NAPE (configs/scratch.py) at 16 x 2048, 2 SDPA calls per layer (25 when the batch counted);
+    SmolLM3-3B's windowed RoPE layers (16 heads, 4 KV heads of 128) at 4 x 4096, 1 (32 before),
+    its global NoPE layers 1 (the causal kernel). On CPU SDPA's math kernel computes attention
+    dropout and materialises the scores of the whole batch: there the batch still counts."""
+    nape = alibi_slopes(12, 'nape')
+    assert sdpa_calls_per_layer(monkeypatch, 16, 12, 12, 2048, 64, nape, 0, 'meta') == 2
+    monkeypatch.undo()
+    assert sdpa_calls_per_layer(monkeypatch, 4, 16, 4, 4096, 128, None, 2048, 'meta') == 1
+    monkeypatch.undo()
+    assert sdpa_calls_per_layer(monkeypatch, 4, 16, 4, 4096, 128, None, 0, 'meta') == 1
+    monkeypatch.undo()
+    import attention as attention_module
+    monkeypatch.setattr(attention_module, 'SCORE_ENTRIES', 3 * 4 * 16 * 64)  # 16 rows of every sequence, 48 of the mask
+    assert sdpa_calls_per_layer(monkeypatch, 3, 4, 4, 64, 8, alibi_slopes(4, 'nape'), 0, 'cpu') == 4
+
+
+def test_adasplash_runs_outside_the_compiled_graph(monkeypatch):
+    """AdaSplash's Triton kernels are not traced into the caller's graph (torch.compiler.disable,
+    as mamba.py's kernels): a stand-in for adasplash records whether dynamo was tracing it."""
+    import attention as attention_module
+    tracing = []
+
+    def stand_in(q, k, v, alpha, is_causal):
+        tracing.append(torch.compiler.is_compiling())
+        return q * 2
+    monkeypatch.setattr(attention_module, 'adasplash', stand_in)
+    monkeypatch.setattr(attention_module, 'attention_kernel', lambda *args: 'adasplash')  # a CUDA choice, forced
+    q = torch.randn(1, 2, 8, 4)
+    torch._dynamo.reset()
+    out = torch.compile(lambda q: attention(q, q, q, 0, 0, alpha=1.5) + 1, backend='eager')(q)
+    torch._dynamo.reset()
+    assert tracing == [False] and torch.equal(out, q * 2 + 1)
