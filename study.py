@@ -22,8 +22,12 @@ The parts (every variant of a part has the same token budget):
   needle_nope, needle_sw    NIAH-1 in symbols (tasks.Needle) with a 2-layer NoPE model and a
       2-layer SW hybrid (a RoPE layer with a 16-key window, then a global NoPE layer): exact-match
       accuracy from 1x to 16x at the same checkpoints along training.
+  lm_mamba    the LM parts with a 4 x 128 Mamba2 (state 32, heads of 32) instead of a transformer
+      (Table 6's Mamba2-85M row in small).
+  copy_mamba  the Copy task (tasks.Copy) with a 2 x 128 Mamba2, sources of 5-10 symbols, 1500 steps:
+      exact-match accuracy from 1x to 16x the longest source (Table 6's Mamba2-45M row in small).
 And at those checkpoints: the entropy of every head's attention by query position (the
-mechanism), the uniform average of the last 5 checkpoints of the stable phase and of the
+mechanism; transformers), the uniform average of the last 5 checkpoints of the stable phase and of the
 anneal (the paper's checkpoint averaging), and at the end of the LM runs with pre-linear
 dropout the variance-mismatch probe (probe_variance.variance_mismatch, Figure 3).
 """
@@ -44,7 +48,7 @@ from average_ckpts import average
 from configurator import configure
 from eval_loss import attention_entropy, band_means, loss_curve, moving_average
 from probe_variance import variance_mismatch
-from tasks import Needle, correct_answers
+from tasks import Copy, Needle, correct_answers
 from tokens import TokenData, batch_rng
 
 # -----------------------------------------------------------------------------
@@ -84,6 +88,7 @@ NEEDLE = ['configs/needle.py', '--eval_interval=100000', '--task_eval_samples=20
           '--spike_threshold=0']
 SW = lambda layers, window: [f"--pos_encoding={['rope'] * (layers - 1) + ['nope']}",  # noqa: E731
                              f"--window={[window] * (layers - 1) + [0]}"]
+MAMBA = ['--model_type=mamba2', '--d_state=32', '--headdim=32', '--chunk_size=32']
 PARTS = {  # part -> (kind, train.py arguments, variants)
     'lm_nope': ('lm', LM + ['--pos_encoding=nope'], list(VARIANTS)),
     'lm_sw': ('lm', LM + SW(4, 32), CORE),
@@ -93,6 +98,9 @@ PARTS = {  # part -> (kind, train.py arguments, variants)
     'lm_nape_long': ('lm', LM + ['--pos_encoding=nape', '--max_tokens=11600000'], ['no_wd']),
     'needle_nope': ('task', NEEDLE + ['--pos_encoding=nope'], CORE[:5]),
     'needle_sw': ('task', NEEDLE + SW(2, 16), CORE[:5]),
+    'lm_mamba': ('lm', LM + MAMBA, CORE[:5]),
+    'copy_mamba': ('task', ['configs/copy_mamba.py', '--eval_interval=100000', '--task_eval_samples=20',
+                            '--ckpt_interval=50'], CORE[:4]),
 }
 TINY = {'lm': ['--n_layer=4', '--n_embd=32', '--n_head=2', '--max_tokens=81920', '--ckpt_interval=2'],  # 20 steps
         'task': ['--n_layer=2', '--n_embd=32', '--n_head=2', '--max_tokens=40960', '--ckpt_interval=2']}
@@ -135,7 +143,7 @@ def train(part, variant, seed, threads):
 
 def lm_measures(net, windows, T, entropy=True):
     """Per-position CE on windows (n, 16T + 1): its mean per band of the training length T and the
-    curve (a moving average of T/4, every T/8 positions); the attention entropy per layer likewise."""
+    curve (a moving average of T/4, every T/8 positions); a transformer's attention entropy per layer likewise."""
     total, n = loss_curve(net, windows, windows.size(1) - 1, 'cpu')
     curve = total / n  # (16T,)
     edges = [T // 2, T, 2 * T, 4 * T, 8 * T, 16 * T]
@@ -167,10 +175,12 @@ def evaluate(d, kind):
     if kind == 'lm':
         T = cfg['block_size']
         windows = TokenData(cfg['data_dir'], 'val').long_windows(16 * T, 4 if tiny else EVAL_WINDOWS)  # (n, 16T + 1)
-        measure = lambda entropy=True: lm_measures(net, windows, T, entropy)  # noqa: E731
+        attends = ckpt['model_type'] == 'transformer'
+        measure = lambda entropy=True: lm_measures(net, windows, T, entropy and attends)  # noqa: E731
     else:
         T = cfg['task_max_len']
-        task = Needle(cfg['task_vocab'], cfg['task_min_len'], cfg['task_max_len'], cfg['needle_value_len'])
+        task = (Copy(cfg['task_vocab'], cfg['task_min_len'], T) if cfg['task'] == 'copy' else
+                Needle(cfg['task_vocab'], cfg['task_min_len'], T, cfg['needle_value_len']))
         measure = lambda entropy=True: task_measures(net, task, cfg['eval_lengths'], cfg['seed'])  # noqa: E731
     result = {'train_length': T, 'final': steps[-1], 'stable_end': stable_end, 'steps': {}}
     for s in tqdm(picked, desc=d, leave=False):
@@ -488,10 +498,11 @@ if lm_parts:  # the matched-fit control: in-distribution CE against CE beyond it
     fig.savefig(os.path.join(out, 'frontier.png'), dpi=100)
     plt.close(fig)
 
-    # the mechanism: attention entropy by query position (final), and beyond 1x across training
-    L = len(final(P[lm_parts[0]][PARTS[lm_parts[0]][2][0]])['entropy_curve'])  # layers
-    fig, axes = plt.subplots(len(lm_parts), L + 1, figsize=(3.2 * (L + 1), 3.2 * len(lm_parts)), squeeze=False)
-    for row, p in zip(axes, lm_parts):
+attending = [p for p in lm_parts if 'entropy_curve' in final(P[p][PARTS[p][2][0]])]  # transformers
+if attending:  # the mechanism: attention entropy by query position (final), and beyond 1x across training
+    L = len(final(P[attending[0]][PARTS[attending[0]][2][0]])['entropy_curve'])  # layers
+    fig, axes = plt.subplots(len(attending), L + 1, figsize=(3.2 * (L + 1), 3.2 * len(attending)), squeeze=False)
+    for row, p in zip(axes, attending):
         vs = [v for v in ('wd', 'no_wd', 'pn_d', 'pl_d', 'vpad') if v in P[p]]
         for layer, ax in enumerate(row[:-1]):
             for v in vs:

@@ -121,3 +121,31 @@ def test_study_resumes_a_run_cut_short(tmp_path):
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert 'resuming' in open(os.path.join(d, 'train.log')).read()
     assert json.load(open(os.path.join(d, 'eval.json')))['final'] == 20
+
+
+def test_study_mamba_parts(tmp_path, long_data):
+    """lm_mamba and copy_mamba: Mamba2 runs through the same harness (no attention to measure the
+    entropy of; the variance probe on its in_proj and out_proj), and the Copy task scored at its
+    source lengths, its claims made from the accuracy beyond the longest training source."""
+    out = str(tmp_path / 'study')
+    r = run_study(out, f'--data_dir={long_data}', "--parts=['lm_mamba', 'copy_mamba']", "--variants=['no_wd', 'pl_d']")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert '8 runs' in r.stdout
+    e = json.load(open(os.path.join(out, 'lm_mamba', 'pl_d', 's1', 'eval.json')))
+    m = e['steps'][str(e['final'])]
+    assert len(m['curve']) == 128 and 'entropy_curve' not in m and 'entropy_bands' not in m
+    assert len(e['probe']['rel_err']) == 4  # 4 layers
+    assert 'mamba2: ' in open(os.path.join(out, 'lm_mamba', 'pl_d', 's1', 'train.log')).read()  # train.py's model line
+    P = json.load(open(os.path.join(out, 'results.json')))['parts']
+    acc = P['copy_mamba']['pl_d']['steps'][str(int(P['copy_mamba']['pl_d']['final']['mean']))]['accuracy']
+    assert list(acc) == ['10', '12', '14', '16', '20', '40', '80', '160']
+    beyond = P['copy_mamba']['no_wd']['steps'][str(int(P['copy_mamba']['no_wd']['final']['mean']))]['beyond']['seeds']
+    finals = [json.load(open(os.path.join(out, 'copy_mamba', 'no_wd', f's{s}', 'eval.json'))) for s in (1, 2)]
+    assert beyond == pytest.approx([mean(a for L, a in f['steps'][str(f['final'])]['accuracy'].items() if int(L) > 10)
+                                    for f in finals], abs=6e-6)
+    summary = open(os.path.join(out, 'summary.md')).read()
+    assert '| dropout helps extrapolation: PL-D better than no-WD | copy_mamba, accuracy beyond 1x |' in summary
+    assert '| dropout helps extrapolation: PL-D better than no-WD | lm_mamba, CE 8-16x |' in summary
+    for fig in ('fig1_lm_mamba.png', 'frontier.png', 'probe.png', 'needle.png'):
+        assert os.path.getsize(os.path.join(out, fig)) > 10_000
+    assert not os.path.exists(os.path.join(out, 'entropy.png'))
