@@ -247,7 +247,7 @@ def gather(dicts):
 def derive(e):
     """The measures the claims use, added to one seed's eval.json: for lm the rise of each band's
     CE over the in-distribution CE, and the probe's mean over the first and second half of the
-    layers; for tasks the accuracy beyond the training length."""
+    layers; for tasks the accuracy beyond the training length, exact and per token."""
     for s, m in e['steps'].items():
         if int(s) != e['final']:  # the figures draw the entropy curve of the final checkpoint only
             m.pop('entropy_curve', None)
@@ -256,6 +256,7 @@ def derive(e):
             m['rise'] = {b: x - m['bands']['in'] for b, x in m['bands'].items() if b != 'in'}
         if 'accuracy' in m:
             m['beyond'] = mean(a for L, a in m['accuracy'].items() if int(L) > e['train_length'])
+            m['token_beyond'] = mean(a for L, a in m['token_accuracy'].items() if int(L) > e['train_length'])
     if 'probe' in e:
         n = len(e['probe']['rel_err']) // 2
         e['probe_halves'] = [mean(e['probe']['rel_err'][:n]), mean(e['probe']['rel_err'][n:])]
@@ -356,10 +357,11 @@ for a, b, claim, paper in CLAIMS:
             lines.append(f"| {claim} | {p}, CE 8-16x | {paper} | {NAMES[a]} {fmt(x)} | {NAMES[b]} {fmt(y)} | "
                          f"{verdict(x, y, True)} | " + (f"{NAMES[a]} {fmt(m)} | {verdict(m, y, True)} |" if m else
                                                         f"{NAMES[a]} never had {NAMES[b]}'s fit | - |"))
-        else:
-            x, y = final(P[p][a])['beyond'], final(P[p][b])['beyond']
-            lines.append(f"| {claim} | {p}, accuracy beyond 1x | {paper} | {NAMES[a]} {fmt(x)} | {NAMES[b]} {fmt(y)} | "
-                         f"{verdict(x, y, False)} | - | - |")
+        else:  # exact-match answers, and the fraction of right tokens (it moves where exact match is 0 everywhere)
+            for key, what in (('beyond', 'accuracy'), ('token_beyond', 'token accuracy')):
+                x, y = final(P[p][a])[key], final(P[p][b])[key]
+                lines.append(f"| {claim} | {p}, {what} beyond 1x | {paper} | {NAMES[a]} {fmt(x)} | {NAMES[b]} {fmt(y)} | "
+                             f"{verdict(x, y, False)} | - | - |")
 for p in parts:
     for v in ('wd', 'no_wd', 'vpad'):
         if v in P[p]:
@@ -416,6 +418,11 @@ for p in parts:
         cells = ([fmt(r['bands'][c]) for c in cols] + [fmt(P[p][v]['avg_anneal']['bands']['8-16x'])] if kind == 'lm' else
                  [fmt(r['accuracy'][c], 2) for c in cols] + [fmt(P[p][v]['avg_anneal']['beyond'], 2)])
         lines.append(f"| {NAMES[v]} | " + ' | '.join(cells) + ' |')
+    if kind == 'task':
+        lines += ['', f"**{p}** at the final checkpoint: the fraction of right answer tokens by length", '',
+                  '| variant | ' + ' | '.join(cols) + ' |', '|---' * (len(cols) + 1) + '|']
+        lines += [f"| {NAMES[v]} | " + ' | '.join(fmt(final(P[p][v])['token_accuracy'][c], 2) for c in cols) + ' |'
+                  for v in vs]
 with open(os.path.join(out, 'summary.md'), 'w') as f:
     f.write('\n'.join(lines) + '\n')
 print('\n'.join(lines))
@@ -550,25 +557,27 @@ if probed:
     fig.savefig(os.path.join(out, 'probe.png'), dpi=100)
     plt.close(fig)
 
-if task_parts:  # retrieval: accuracy by length at the end, and beyond 1x across training
-    fig, axes = plt.subplots(len(task_parts), 2, figsize=(10, 3.6 * len(task_parts)), squeeze=False)
+if task_parts:  # the tasks: accuracy by length at the end, and beyond 1x across training; exact, and per token
+    fig, axes = plt.subplots(len(task_parts), 4, figsize=(18, 3.6 * len(task_parts)), squeeze=False)
     for row, p in zip(axes, task_parts):
         for v in P[p]:
-            acc = final(P[p][v])['accuracy']
-            band_plot(row[0], [int(L) for L in acc], list(acc.values()), v, marker='o', ms=3)
             steps = list(P[p][v]['steps'])
-            band_plot(row[1], [int(s) for s in steps], [P[p][v]['steps'][s]['beyond'] for s in steps], v)
-        row[0].axvline(P[p][PARTS[p][2][0]]['train_length']['mean'], color='k', ls=':', lw=1)
-        row[0].set_xscale('log', base=2)
-        row[0].set_xlabel('sequence length')
-        row[0].set_ylabel('exact-match accuracy (final)')
-        row[1].set_xlabel('training step')
-        row[1].set_ylabel('accuracy beyond 1x')
+            for col, (by_length, beyond) in enumerate((('accuracy', 'beyond'), ('token_accuracy', 'token_beyond'))):
+                acc = final(P[p][v])[by_length]
+                band_plot(row[col], [int(L) for L in acc], list(acc.values()), v, marker='o', ms=3)
+                band_plot(row[col + 2], [int(s) for s in steps], [P[p][v]['steps'][s][beyond] for s in steps], v)
+        for col, what in enumerate(('exact-match accuracy', 'fraction of right tokens')):
+            row[col].axvline(P[p][PARTS[p][2][0]]['train_length']['mean'], color='k', ls=':', lw=1)
+            row[col].set_xscale('log', base=2)
+            row[col].set_xlabel('length (dotted: the longest trained)')
+            row[col].set_ylabel(f'{what} (final)')
+            row[col + 2].set_xlabel('training step')
+            row[col + 2].set_ylabel(f'{what} beyond 1x')
         for ax in row:
             ax.set_ylim(-0.05, 1.05)
             ax.set_title(p, fontsize=9)
         row[0].legend(fontsize=6)
     fig.tight_layout()
-    fig.savefig(os.path.join(out, 'needle.png'), dpi=100)
+    fig.savefig(os.path.join(out, 'tasks.png'), dpi=100)
     plt.close(fig)
 print(f"wrote {out}/summary.md and the figures")

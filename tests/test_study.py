@@ -84,9 +84,9 @@ def test_study_trains_evaluates_and_summarises(tmp_path, long_data):
     x, y = P['lm_sw']['no_wd']['steps']['20']['bands']['8-16x'], P['lm_sw']['vpad']['steps']['20']['bands']['8-16x']
     assert (f"| dropout helps extrapolation: VPAD better than no-WD | lm_sw, CE 8-16x | Table 11: VPAD >> WD | "
             f"no-WD {x['mean']:.3f} ± {x['std']:.3f} | VPAD {y['mean']:.3f} ± {y['std']:.3f} |") in summary
-    assert summary.count('VPAD beats pre-linear dropout') == 2 and summary.count('variance mismatch') == 2
+    assert summary.count('VPAD beats pre-linear dropout') == 3 and summary.count('variance mismatch') == 2  # needle: exact, tokens
     assert summary.count('checkpoint averaging helps') == 8 and 'WD over-fits' not in summary  # no WD runs, no WD row
-    for fig in ('fig1_lm_sw.png', 'frontier.png', 'entropy.png', 'probe.png', 'needle.png'):
+    for fig in ('fig1_lm_sw.png', 'frontier.png', 'entropy.png', 'probe.png', 'tasks.png'):
         assert os.path.getsize(os.path.join(out, fig)) > 10_000
     # a rerun trains nothing; given made-up evaluations, the matched fit is the interpolation written out
     for s in (1, 2):
@@ -145,7 +145,10 @@ def test_study_mamba_parts(tmp_path, long_data):
                                     for f in finals], abs=6e-6)
     summary = open(os.path.join(out, 'summary.md')).read()
     assert '| dropout helps extrapolation: PL-D better than no-WD | copy_mamba, accuracy beyond 1x |' in summary
+    assert '| dropout helps extrapolation: PL-D better than no-WD | copy_mamba, token accuracy beyond 1x |' in summary
+    token = P['copy_mamba']['pl_d']['steps'][str(int(P['copy_mamba']['pl_d']['final']['mean']))]['token_beyond']['mean']
+    assert f"PL-D {token:.3f} ±" in summary and 'fraction of right answer tokens by length' in summary
     assert '| dropout helps extrapolation: PL-D better than no-WD | lm_mamba, CE 8-16x |' in summary
-    for fig in ('fig1_lm_mamba.png', 'frontier.png', 'probe.png', 'needle.png'):
+    for fig in ('fig1_lm_mamba.png', 'frontier.png', 'probe.png', 'tasks.png'):
         assert os.path.getsize(os.path.join(out, fig)) > 10_000
     assert not os.path.exists(os.path.join(out, 'entropy.png'))
