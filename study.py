@@ -22,10 +22,13 @@ The parts (every variant of a part has the same token budget):
   needle_nope, needle_sw    NIAH-1 in symbols (tasks.Needle) with a 2-layer NoPE model and a
       2-layer SW hybrid (a RoPE layer with a 16-key window, then a global NoPE layer): exact-match
       accuracy from 1x to 16x at the same checkpoints along training.
+Not in the default list (copy_mamba about 25 minutes, lm_mamba about 75; docs/study.md):
+python study.py --parts="['copy_mamba', 'lm_mamba']" --out=out/study_mamba
   lm_mamba    the LM parts with a 4 x 128 Mamba2 (state 32, heads of 32) instead of a transformer
       (Table 6's Mamba2-85M row in small).
   copy_mamba  the Copy task (tasks.Copy) with a 2 x 128 Mamba2, sources of 5-10 symbols, 1500 steps:
-      exact-match accuracy from 1x to 16x the longest source (Table 6's Mamba2-45M row in small).
+      exact-match accuracy, and the fraction of right tokens, from 1x to 16x the longest source
+      (Table 6's Mamba2-45M row in small).
 And at those checkpoints: the entropy of every head's attention by query position (the
 mechanism; transformers), the uniform average of the last 5 checkpoints of the stable phase and of the
 anneal (the paper's checkpoint averaging), and at the end of the LM runs with pre-linear
