@@ -148,13 +148,13 @@ def _():
             q, k, v = (torch.randn(1, H, rows if i == 0 else offset + rows, hd, generator=g, device=device).to(dtype)
                        for i in range(3))
             pos = torch.arange(offset + rows, device=device).double()
-            dist_ = pos[offset:, None] - pos  # (rows, Tk): query i sits at offset + i
+            distance = pos[offset:, None] - pos  # (rows, Tk): query i sits at offset + i
             scores = q.double() @ k.double().transpose(-2, -1) / hd ** 0.5  # (1, H, rows, Tk)
             for alpha, normaliser in ((1.0, 'softmax'), (1.5, 'entmax')):
                 errs = {}
                 for case, (m, w) in cases.items():
-                    s = scores if m is None else scores - m.double()[:, None, None] * dist_
-                    s = s.masked_fill(~((dist_ >= 0) & (dist_ < w) if w else dist_ >= 0), float('-inf'))
+                    s = scores if m is None else scores - m.double()[:, None, None] * distance
+                    s = s.masked_fill(~((distance >= 0) & (distance < w) if w else distance >= 0), float('-inf'))
                     # the float64 reference: entmax by bisection, not the sort that attention.py computes it with
                     p = s.softmax(-1) if alpha == 1.0 else attention_py.entmax_bisect(s, alpha, n_iter=60)
                     ref = p @ v.double()
