@@ -22,7 +22,7 @@ The parts (every variant of a part has the same token budget):
   needle_nope, needle_sw    NIAH-1 in symbols (tasks.Needle) with a 2-layer NoPE model and a
       2-layer SW hybrid (a RoPE layer with a 16-key window, then a global NoPE layer): exact-match
       accuracy from 1x to 16x at the same checkpoints along training.
-Not in the default list (copy_mamba about 25 minutes, lm_mamba about 75; docs/study.md):
+Not in the default list (copy_mamba about 25 minutes, lm_mamba about 56; docs/study.md):
 python study.py --parts="['copy_mamba', 'lm_mamba']" --out=out/study_mamba
   lm_mamba    the LM parts with a 4 x 128 Mamba2 (state 32, heads of 32) instead of a transformer
       (Table 6's Mamba2-85M row in small).
