@@ -167,7 +167,7 @@ def context_times(model_type, args, length, gen_tokens, chunk_size, device, dtyp
     sync(device)
     t2 = time.perf_counter()
     syncs = sum('synchroniz' in str(w.message) for w in caught) / gen_tokens if cuda else None
-    peak = torch.cuda.max_memory_allocated() if device.startswith('cuda') else \
+    peak = torch.cuda.max_memory_allocated() if cuda else \
         resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kilobytes on Linux
     return {'prefill_s': t1 - t0, 'ms_per_token': 1000 * (t2 - t1) / gen_tokens, 'peak_mb': peak / 2 ** 20,
             'syncs_per_token': syncs}

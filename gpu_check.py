@@ -173,6 +173,14 @@ def _():
     return lines
 
 
+def worst_difference(loss, ref, grads, model):
+    """The largest relative difference of a loss from the reference's (ref, backward done) and of
+    each gradient in grads from the reference model's own."""
+    return max([abs(loss - ref.item()) / abs(ref.item()),
+                *(((g - p.grad).abs().max() / p.grad.abs().max().clamp(min=1e-12)).item()
+                  for g, p in zip(grads, model.parameters()) if p.grad is not None)])  # no gradients: forward only
+
+
 def compiled_vs_eager(kind, a, B, T, steps=3):
     """The compiled training step against eager: loss and gradients over `steps` steps, and dynamo's
     graphs and breaks, read right after the compiled steps, before any eager call (eager flex
@@ -207,9 +215,7 @@ def compiled_vs_eager(kind, a, B, T, steps=3):
                 torch.compiler.is_compiling = real
             if backward:
                 ref.backward()
-            worst = max(worst, abs(loss - ref.item()) / abs(ref.item()),
-                        *(((g - p.grad).abs().max() / p.grad.abs().max().clamp(min=1e-12)).item()
-                          for g, p in zip(grads, eager.parameters()) if p.grad is not None))
+            worst = max(worst, worst_difference(loss, ref, grads, eager))
             eager.zero_grad(set_to_none=True)
     torch._dynamo.reset()
     return worst, graphs, breaks, backward
@@ -353,9 +359,7 @@ def _():
             x, y = batch(a['vocab_size'], 2, T, i)
             r = ref(x, y)[1]
             r.backward()
-            worst = max(worst, abs(loss - r.item()) / abs(r.item()),
-                        *(((g - p.grad).abs().max() / p.grad.abs().max().clamp(min=1e-12)).item()
-                          for g, p in zip(grads, ref.parameters())))
+            worst = max(worst, worst_difference(loss, r, grads, ref))
             ref.zero_grad(set_to_none=True)
     finally:
         dist.destroy_process_group()
