@@ -77,10 +77,11 @@ VARIANTS = {
     'vpad': ['--weight_decay=0.0', '--dropout_type=vpad', '--dropout=0.1'],  # reconstruction A (dropout.py)
     'vpad_b': ['--weight_decay=0.0', '--dropout_type=vpad', '--dropout=0.1', '--vpad_variant=B'],  # per feature
     'vpad_p0.2': ['--weight_decay=0.0', '--dropout_type=vpad', '--dropout=0.2'],
+    'attn_d': ['--weight_decay=0.0', '--dropout_type=none', '--dropout=0.0', '--attn_dropout=0.1'],  # Tables 9, 10
 }
 NAMES = {'wd': 'WD', 'no_wd': 'no-WD', 'pn_d': 'PN-D', 'pl_d': 'PL-D', 'vpad': 'VPAD', 'vpad_b': 'VPAD-B',
          'pn_d_p0.05': 'PN-D p=0.05', 'pn_d_p0.2': 'PN-D p=0.2', 'pl_d_p0.05': 'PL-D p=0.05', 'pl_d_p0.2': 'PL-D p=0.2',
-         'vpad_p0.2': 'VPAD p=0.2'}
+         'vpad_p0.2': 'VPAD p=0.2', 'attn_d': 'Attn-D', 'orig': 'Orig.', 'sw': 'SW, no CPT'}
 CORE = ['wd', 'no_wd', 'pn_d', 'pl_d', 'vpad', 'vpad_b']
 LM = ['configs/quickstart.py', f'--data_dir={data_dir}', '--block_size=128', '--batch_size=32',
       '--tokens_per_batch=4096', '--max_tokens=2900000', '--eval_lengths=[]', '--eval_interval=100000',
@@ -92,6 +93,20 @@ NEEDLE = ['configs/needle.py', '--eval_interval=100000', '--task_eval_samples=20
 SW = lambda layers, window: [f"--pos_encoding={['rope'] * (layers - 1) + ['nope']}",  # noqa: E731
                              f"--window={[window] * (layers - 1) + [0]}"]
 MAMBA = ['--model_type=mamba2', '--d_state=32', '--headdim=32', '--chunk_size=32']
+SMOL = lambda layers: [f"--pos_encoding={['rope'] * (layers - 1) + ['nope']}"]  # noqa: E731  (SmolLM3's layers, full)
+# continued pre-training into sliding windows (Table 1 in small): part -> (phase 1, the windows of
+# phase 2). Phase 1 ('orig') pre-trains the full-attention model once per seed, with WD as SmolLM3
+# was; 'sw' is its final weights with the windows and no CPT; every other variant continues those
+# weights with the windows on, as the paper's SWU: 10% warm-up, then a constant learning rate a
+# tenth of phase 1's (SmolLM3's CPT: 2e-5), for a little over half of phase 1's tokens.
+PHASE1 = {'cpt_sw': (LM + SMOL(4), [32, 32, 32, 0]),
+          'cpt_sw_needle': (NEEDLE + SMOL(2), [16, 0])}
+CPT = lambda part, lr, steps, every: [  # noqa: E731
+    *PHASE1[part][0], f'--window={PHASE1[part][1]}', '--schedule=constant', '--warmup_frac=0.1',
+    f'--learning_rate={lr}', f"--max_tokens={steps * (4096 if PHASE1[part][0][0] == LM[0] else 2048)}",
+    f'--ckpt_interval={every}']
+PHASE1_ROWS = ('orig', 'sw')  # a CPT part's rows measured along phase 1, not along CPT
+CPT_VARIANTS = ['orig', 'sw', 'wd', 'no_wd', 'pn_d', 'pl_d', 'vpad', 'pl_d_p0.2', 'vpad_p0.2', 'attn_d']
 PARTS = {  # part -> (kind, train.py arguments, variants)
     'lm_nope': ('lm', LM + ['--pos_encoding=nope'], list(VARIANTS)),
     'lm_sw': ('lm', LM + SW(4, 32), CORE),
@@ -104,6 +119,8 @@ PARTS = {  # part -> (kind, train.py arguments, variants)
     'lm_mamba': ('lm', LM + MAMBA, CORE[:5]),
     'copy_mamba': ('task', ['configs/copy_mamba.py', '--eval_interval=100000', '--task_eval_samples=20',
                             '--ckpt_interval=50'], CORE[:4]),
+    'cpt_sw': ('lm', CPT('cpt_sw', 2e-4, 400, 10), CPT_VARIANTS),
+    'cpt_sw_needle': ('task', CPT('cpt_sw_needle', 3e-4, 800, 20), CPT_VARIANTS),
 }
 TINY = {'lm': ['--n_layer=4', '--n_embd=32', '--n_head=2', '--max_tokens=81920', '--ckpt_interval=2'],  # 20 steps
         'task': ['--n_layer=2', '--n_embd=32', '--n_head=2', '--max_tokens=40960', '--ckpt_interval=2']}
@@ -125,13 +142,19 @@ def train(part, variant, seed, threads):
     if os.path.exists(os.path.join(d, 'eval.json')):
         return None
     env = {**os.environ, 'OMP_NUM_THREADS': str(threads)}
-    if not os.path.exists(os.path.join(d, 'done')):
+    os.makedirs(d, exist_ok=True)
+    if variant != 'sw' and not os.path.exists(os.path.join(d, 'done')):  # 'sw' trains nothing: phase 1 with windows
         resume = checkpoint.steps(d) and checkpoint.steps(d, 'optim')
         if not resume:
             shutil.rmtree(d, ignore_errors=True)
         os.makedirs(d, exist_ok=True)
-        cmd = [sys.executable, 'train.py', *PARTS[part][1], *VARIANTS[variant], *(TINY[PARTS[part][0]] if tiny else []),
-               f'--seed={seed}', f'--out_dir={d}', '--device=cpu', '--init_from=' + ('resume' if resume else 'scratch')]
+        args, start = [*PARTS[part][1], *VARIANTS.get(variant, [])], 'scratch'
+        if variant == 'orig':  # phase 1 of continued pre-training, with WD
+            args = [*PHASE1[part][0], *VARIANTS['wd']]
+        elif part in PHASE1:  # phase 2 continues phase 1's final checkpoint (trained first: see below)
+            start = checkpoint.step_path(run_dir(part, 'orig', seed), checkpoint.steps(run_dir(part, 'orig', seed))[-1])
+        cmd = [sys.executable, 'train.py', *args, *(TINY[PARTS[part][0]] if tiny else []),
+               f'--seed={seed}', f'--out_dir={d}', '--device=cpu', '--init_from=' + ('resume' if resume else start)]
         with open(os.path.join(d, 'train.log'), 'a') as log:
             if subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env).returncode:
                 return f"{' '.join(cmd)}\n" + open(log.name).read()[-2000:]
@@ -166,14 +189,18 @@ def task_measures(net, task, lengths, seed):
             'token_accuracy': {str(L): c for L, c in zip(lengths, correct[:, 1].tolist())}}
 
 
-def evaluate(d, kind):
-    """The measures of the run in d at the checkpoints FRACTIONS of the way through its training,
-    and of the averages of its last AVERAGE_K checkpoints of the stable phase and of the anneal -> eval.json."""
-    steps = checkpoint.steps(d)
+def evaluate(part, variant, seed):
+    """The measures of one run at the checkpoints FRACTIONS of the way through its training, and of
+    the averages of its last AVERAGE_K checkpoints of the stable phase and of the anneal (of the last
+    K = 10, 20, 30 for a CPT run, Table 12) -> eval.json. 'sw': phase 1's checkpoints with the windows."""
+    kind, d = PARTS[part][0], run_dir(part, variant, seed)
+    src = run_dir(part, 'orig', seed) if variant == 'sw' else d
+    steps = checkpoint.steps(src)
     nearest = lambda f: min(steps, key=lambda s: abs(s - f * steps[-1]))  # noqa: E731
     stable_end = nearest(ANNEAL_START)
     picked = sorted({nearest(f) for f in FRACTIONS})
-    net, _, ckpt = checkpoint.load_model(checkpoint.step_path(d, steps[-1]))
+    net, _, ckpt = checkpoint.load_model(checkpoint.step_path(src, steps[-1]),
+                                         **({'window': PHASE1[part][1]} if variant == 'sw' else {}))
     cfg = ckpt['config']
     if kind == 'lm':
         T = cfg['block_size']
@@ -183,15 +210,17 @@ def evaluate(d, kind):
     else:
         T = cfg['task_max_len']
         task = (Copy(cfg['task_vocab'], cfg['task_min_len'], T) if cfg['task'] == 'copy' else
-                Needle(cfg['task_vocab'], cfg['task_min_len'], T, cfg['needle_value_len']))
+                Needle(cfg['task_vocab'], cfg['task_min_len'], T, cfg['needle_value_len'], cfg.get('needle_keys', 1)))
         measure = lambda entropy=True: task_measures(net, task, cfg['eval_lengths'], cfg['seed'])  # noqa: E731
     result = {'train_length': T, 'final': steps[-1], 'stable_end': stable_end, 'steps': {}}
     for s in tqdm(picked, desc=d, leave=False):
-        net.load_state_dict(checkpoint.load_any(checkpoint.step_path(d, s))['model'])
+        net.load_state_dict(checkpoint.load_any(checkpoint.step_path(src, s))['model'])
         result['steps'][str(s)] = measure()
-    for name, last in (('avg_stable', stable_end), ('avg_anneal', steps[-1])):
-        group = [s for s in steps if s <= last][-AVERAGE_K:]
-        net.load_state_dict(average([checkpoint.step_path(d, s) for s in group]))
+    groups = ({f'avg_{K}': steps[-K:] for K in (10, 20, 30)} if part in PHASE1 and variant not in ('orig', 'sw') else
+              {name: [s for s in steps if s <= last][-AVERAGE_K:] for name, last in (('avg_stable', stable_end),
+                                                                                     ('avg_anneal', steps[-1]))})
+    for name, group in groups.items():
+        net.load_state_dict(average([checkpoint.step_path(src, s) for s in group]))
         result[name] = measure(entropy=False)
     if kind == 'lm' and cfg['dropout_type'] in ('pre_linear', 'vpad'):
         net.load_state_dict(ckpt['model'])
@@ -206,16 +235,18 @@ def evaluate(d, kind):
 
 
 if eval_run:
-    evaluate(os.path.join(out, eval_run), PARTS[eval_run.split('/')[0]][0])
+    part, variant, seed = eval_run.split('/')
+    evaluate(part, variant, int(seed[1:]))
     sys.exit(0)
 
 # -----------------------------------------------------------------------------
 # 1. train and evaluate every run
-unknown = [p for p in parts if p not in PARTS] + [v for v in variants if v not in VARIANTS]
+unknown = [p for p in parts if p not in PARTS] + [v for v in variants if v not in (*VARIANTS, *PHASE1_ROWS)]
 if unknown:
-    raise SystemExit(f"unknown parts or variants {unknown}: choose from {list(PARTS)} and {list(VARIANTS)}")
-if variants:
-    PARTS = {p: (kind, args, [v for v in vs if v in variants]) for p, (kind, args, vs) in PARTS.items()}
+    raise SystemExit(f"unknown parts or variants {unknown}: choose from {list(PARTS)} and {[*VARIANTS, *PHASE1_ROWS]}")
+if variants:  # a CPT part keeps its phase 1, which the others continue
+    PARTS = {p: (kind, args, [v for v in vs if v in variants or v == 'orig' and p in PHASE1])
+             for p, (kind, args, vs) in PARTS.items()}
 runs = [(p, v, s) for p in parts for v in PARTS[p][2] for s in seeds]
 pending = [r for r in runs if not os.path.exists(os.path.join(run_dir(*r), 'eval.json'))]
 threads = max(1, (os.cpu_count() or 2) // jobs)
@@ -223,11 +254,14 @@ print(f"{len(runs)} runs in {out}, {len(runs) - len(pending)} done; {len(pending
       f"on {threads} thread(s) each")
 failed = []
 with ThreadPoolExecutor(jobs) as pool, tqdm(total=len(pending), unit='run') as bar:
-    for r, error in zip(pending, pool.map(lambda r: train(*r, threads), pending)):
-        bar.update()
-        if error:
-            failed.append(r)
-            tqdm.write(f"{'/'.join(map(str, r))} failed:\n{error}")
+    for wave in ([r for r in pending if r[1] == 'orig'], [r for r in pending if r[1] != 'orig']):  # CPT's phase 1 first
+        for r, error in zip(wave, pool.map(lambda r: train(*r, threads), wave)):
+            bar.update()
+            if error:
+                failed.append(r)
+                tqdm.write(f"{'/'.join(map(str, r))} failed:\n{error}")
+        if failed:
+            break
 if failed:
     raise SystemExit(f"{len(failed)} runs failed (above); the others are kept: fix and rerun to resume")
 
@@ -254,7 +288,7 @@ def derive(e):
     for s, m in e['steps'].items():
         if int(s) != e['final']:  # the figures draw the entropy curve of the final checkpoint only
             m.pop('entropy_curve', None)
-    for m in [*e['steps'].values(), e['avg_stable'], e['avg_anneal']]:
+    for m in [*e['steps'].values(), *(m for k, m in e.items() if k.startswith('avg_'))]:
         if 'bands' in m:
             m['rise'] = {b: x - m['bands']['in'] for b, x in m['bands'].items() if b != 'in'}
         if 'accuracy' in m:
@@ -343,7 +377,14 @@ CLAIMS = [('wd', 'no_wd', 'WD over-fits the training length: no-WD better than W
            'RULER 8K: PN-D 7.72 vs PL-D 20.11 (Table 10)'),
           ('pl_d', 'vpad', 'VPAD beats pre-linear dropout: VPAD better than PL-D',
            'RULER 8K: PL-D 20.11 vs VPAD 21.64 (Table 10)'),
-          ('vpad', 'vpad_b', 'VPAD-B (per feature) vs VPAD-A (per token)', 'not in the paper (our reconstructions)')]
+          ('vpad', 'vpad_b', 'VPAD-B (per feature) vs VPAD-A (per token)', 'not in the paper (our reconstructions)'),
+          # continued pre-training into sliding windows (Table 1: NIAH-1 at 2x, 4K trained)
+          ('orig', 'sw', 'windows alone: SW without CPT better than Orig.', 'Table 1: Orig. 0.0, SW 0.0'),
+          ('sw', 'wd', 'CPT with WD: better than SW without CPT', 'Table 1: SW 0.0, CPT WD 0.0'),
+          *[('wd', v, f'SW CPT with dropout extrapolates: {NAMES[v]} better than WD', 'Table 1: WD 0.0, dropout ~100')
+            for v in ('pn_d', 'pl_d', 'vpad', 'pl_d_p0.2', 'vpad_p0.2')],
+          ('no_wd', 'attn_d', 'attention dropout helps: Attn-D better than no-WD', 'Tables 9, 10 (rows lost)'),
+          ('attn_d', 'pl_d', 'attention dropout helps less than PL-D: PL-D better than Attn-D', 'Tables 9, 10')]
 lines = [f"Every number: mean ± std over {len(seeds)} seeds ({', '.join(map(str, seeds))}), at the final checkpoint "
          f"unless named. A claim holds when the difference exceeds the sum of the two standard deviations. "
          f"*Raw* compares the two runs' final CE at 8-16x; *matched fit* compares the second run's final CE with "
@@ -356,25 +397,29 @@ for a, b, claim, paper in CLAIMS:
     for p in (p for p in parts if a in P[p] and b in P[p]):
         if PARTS[p][0] == 'lm':
             x, y = final(P[p][a])['bands']['8-16x'], final(P[p][b])['bands']['8-16x']
-            m = M[p][f'{a}|{b}'].get('8-16x')
+            m = M[p].get(f'{a}|{b}', {}).get('8-16x')
             lines.append(f"| {claim} | {p}, CE 8-16x | {paper} | {NAMES[a]} {fmt(x)} | {NAMES[b]} {fmt(y)} | "
                          f"{verdict(x, y, True)} | " + (f"{NAMES[a]} {fmt(m)} | {verdict(m, y, True)} |" if m else
-                                                        f"{NAMES[a]} never had {NAMES[b]}'s fit | - |"))
+                                                        f"{NAMES[a]} never had {NAMES[b]}'s fit | - |"
+                                                        if f'{a}|{b}' in M[p] else '- | - |'))
         else:  # exact-match answers, and the fraction of right tokens (it moves where exact match is 0 everywhere)
             for key, what in (('beyond', 'accuracy'), ('token_beyond', 'token accuracy')):
                 x, y = final(P[p][a])[key], final(P[p][b])[key]
                 lines.append(f"| {claim} | {p}, {what} beyond 1x | {paper} | {NAMES[a]} {fmt(x)} | {NAMES[b]} {fmt(y)} | "
                              f"{verdict(x, y, False)} | - | - |")
+AVERAGES = {name: (step, f'the last {AVERAGE_K} of the {what}', 41.2) for name, step, what in
+            (('avg_anneal', 'final', 'anneal'), ('avg_stable', 'stable_end', 'stable phase'))}
+AVERAGES.update({f'avg_{K}': ('final', f'the last {K} of CPT', x) for K, x in ((10, 41.2), (20, 66.4), (30, 68.2))})
 for p in parts:
-    for v in ('wd', 'no_wd', 'vpad'):
+    for v in ('wd', 'no_wd', 'vpad', 'pl_d') if p in PHASE1 else ('wd', 'no_wd', 'vpad'):
         if v in P[p]:
             get = (lambda r: r['bands']['8-16x']) if PARTS[p][0] == 'lm' else (lambda r: r['beyond'])
             lower = PARTS[p][0] == 'lm'
-            for name, step, what in (('avg_anneal', 'final', 'anneal'), ('avg_stable', 'stable_end', 'stable phase')):
+            for name, (step, what, paper) in ((n, a) for n, a in AVERAGES.items() if n in P[p][v]):
                 x = get(P[p][v]['steps'][str(int(P[p][v][step]['mean']))])
                 y = get(P[p][v][name])
-                lines.append(f"| checkpoint averaging helps: the last {AVERAGE_K} of the {what} | {p}, "
-                             f"{'CE 8-16x' if lower else 'accuracy beyond 1x'}, {NAMES[v]} | NIAH-1 8K: 0.0 -> 41.2 "
+                lines.append(f"| checkpoint averaging helps: {what} | {p}, "
+                             f"{'CE 8-16x' if lower else 'accuracy beyond 1x'}, {NAMES[v]} | NIAH-1 8K: 0.0 -> {paper} "
                              f"(Table 12) | its last checkpoint {fmt(x)} | averaged {fmt(y)} | {verdict(x, y, lower)} "
                              f"| - | - |")
 for p in (p for p in parts if 'pl_d' in P[p] and 'probe_halves' in P[p]['pl_d']):
@@ -399,27 +444,33 @@ for p in (p for p in parts if PARTS[p][0] == 'lm' and 'no_wd' in P[p]):
                      + (verdict(m['8-16x'], r['8-16x'], True) if '8-16x' in m else '-') + ' |')
 
 # per part: the measure across training, and every band (or length) at the end
+averaged = lambda r: r.get('avg_anneal') or r['avg_20']  # noqa: E731  (CPT: the last 20, Table 12's best at 2x)
 for p in parts:
     kind, _, vs = PARTS[p]
-    steps = list(P[p][vs[0]]['steps'])
     what = ('CE 8-16x minus CE 64-128 (the rise beyond the training length)' if kind == 'lm'
             else 'exact-match accuracy beyond the training length')
-    lines += ['', f"**{p}** across training: {what}, by training step", '',
-              '| variant | ' + ' | '.join(steps) + ' |', '|---' * (len(steps) + 1) + '|']
-    for v in vs:
-        cells = [fmt(m['rise']['8-16x'] if kind == 'lm' else m['beyond'], 3 if kind == 'lm' else 2)
-                 for m in P[p][v]['steps'].values()]
-        lines.append(f"| {NAMES[v]} | " + ' | '.join(cells) + ' |')
+    for group in ([v for v in vs if v in PHASE1_ROWS], [v for v in vs if v not in PHASE1_ROWS]):
+        if not group:
+            continue
+        steps = list(P[p][group[0]]['steps'])
+        along = (', phase 1 (SW: its checkpoints with the windows)' if group[0] in PHASE1_ROWS else
+                 ', CPT' if p in PHASE1 else '')
+        lines += ['', f"**{p}** across training{along}: {what}, by training step", '',
+                  '| variant | ' + ' | '.join(steps) + ' |', '|---' * (len(steps) + 1) + '|']
+        for v in group:
+            cells = [fmt(m['rise']['8-16x'] if kind == 'lm' else m['beyond'], 3 if kind == 'lm' else 2)
+                     for m in P[p][v]['steps'].values()]
+            lines.append(f"| {NAMES[v]} | " + ' | '.join(cells) + ' |')
     cols = list(BANDS) if kind == 'lm' else list(final(P[p][vs[0]])['accuracy'])
     lines += ['', f"**{p}** at the final checkpoint: " + ('per-position CE (nats/byte) by band (in = positions 64-128), '
               'and the CE 8-16x of the averaged last 5 checkpoints' if kind == 'lm' else
               f"exact-match accuracy by length (trained on lengths up to {int(P[p][vs[0]]['train_length']['mean'])}), "
-              "and beyond 1x for the averaged last 5 checkpoints"), '',
-              '| variant | ' + ' | '.join(cols) + ' | averaged |', '|---' * (len(cols) + 2) + '|']
+              "and beyond 1x for the averaged last 5 checkpoints") + (' (of CPT: the last 20)' if p in PHASE1 else ''),
+              '', '| variant | ' + ' | '.join(cols) + ' | averaged |', '|---' * (len(cols) + 2) + '|']
     for v in vs:
         r = final(P[p][v])
-        cells = ([fmt(r['bands'][c]) for c in cols] + [fmt(P[p][v]['avg_anneal']['bands']['8-16x'])] if kind == 'lm' else
-                 [fmt(r['accuracy'][c], 2) for c in cols] + [fmt(P[p][v]['avg_anneal']['beyond'], 2)])
+        cells = ([fmt(r['bands'][c]) for c in cols] + [fmt(averaged(P[p][v])['bands']['8-16x'])] if kind == 'lm' else
+                 [fmt(r['accuracy'][c], 2) for c in cols] + [fmt(averaged(P[p][v])['beyond'], 2)])
         lines.append(f"| {NAMES[v]} | " + ' | '.join(cells) + ' |')
     if kind == 'task':
         lines += ['', f"**{p}** at the final checkpoint: the fraction of right answer tokens by length", '',
@@ -436,7 +487,8 @@ import matplotlib  # noqa: E402
 matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # noqa: E402
 
-COLORS = {v: plt.cm.tab20.colors[(2 * i) % 20 + (2 * i) // 20] for i, v in enumerate(VARIANTS)}  # 11 distinct
+COLORS = {v: plt.cm.tab20.colors[(2 * i) % 20 + (2 * i) // 20] for i, v in enumerate(VARIANTS)}  # 12 distinct
+COLORS.update(orig='black', sw='gray')
 def mean_std(xs):
     """A curve ({'mean': [...], 'std': [...]}) or a list of stats -> two tensors."""
     if isinstance(xs, dict):
@@ -454,7 +506,7 @@ def band_plot(ax, x, values, v, **kw):
 
 
 for p in lm_parts:  # Figure 1, left: per-position CE at several steps; right: CE beyond 1x against the step
-    vs = [v for v in CORE if v in P[p]]
+    vs = [v for v in (*PHASE1_ROWS, *CORE) if v in P[p]]
     cols = (len(vs) + 3) // 2
     fig, axes = plt.subplots(2, cols, figsize=(3.6 * cols, 7), squeeze=False)
     axes = axes.flatten()
@@ -477,10 +529,14 @@ for p in lm_parts:  # Figure 1, left: per-position CE at several steps; right: C
                            (axes[-1], lambda m: m['rise']['8-16x'], 'CE 8-16x minus CE 64-128')):
         for v in P[p]:
             steps = list(P[p][v]['steps'])
+            if v in PHASE1_ROWS:  # measured along phase 1: its end, as a level for CPT to beat
+                ax.axhline(get(final(P[p][v]))['mean'], color=COLORS[v], ls=':', label=f'{NAMES[v]} (end of phase 1)')
+                continue
             band_plot(ax, [int(s) for s in steps], [get(P[p][v]['steps'][s]) for s in steps], v,
                       ls='-' if v in CORE else '--')
-        ax.axvline(int(P[p][vs[0]]['stable_end']['mean']), color='k', ls=':', lw=1)
-        ax.set_xlabel('training step (dotted: the anneal starts)')
+        if p not in PHASE1:
+            ax.axvline(int(P[p][vs[0]]['stable_end']['mean']), color='k', ls=':', lw=1)
+        ax.set_xlabel('step of CPT' if p in PHASE1 else 'training step (dotted: the anneal starts)')
         ax.set_ylabel(label)
         ax.set_title(f'{p}: beyond the training length', fontsize=9)
     axes[-1].legend(fontsize=6)
@@ -568,13 +624,16 @@ if task_parts:  # the tasks: accuracy by length at the end, and beyond 1x across
             for col, (by_length, beyond) in enumerate((('accuracy', 'beyond'), ('token_accuracy', 'token_beyond'))):
                 acc = final(P[p][v])[by_length]
                 band_plot(row[col], [int(L) for L in acc], list(acc.values()), v, marker='o', ms=3)
-                band_plot(row[col + 2], [int(s) for s in steps], [P[p][v]['steps'][s][beyond] for s in steps], v)
+                if v in PHASE1_ROWS:  # measured along phase 1: its end, as a level for CPT to beat
+                    row[col + 2].axhline(final(P[p][v])[beyond]['mean'], color=COLORS[v], ls=':')
+                else:
+                    band_plot(row[col + 2], [int(s) for s in steps], [P[p][v]['steps'][s][beyond] for s in steps], v)
         for col, what in enumerate(('exact-match accuracy', 'fraction of right tokens')):
             row[col].axvline(P[p][PARTS[p][2][0]]['train_length']['mean'], color='k', ls=':', lw=1)
             row[col].set_xscale('log', base=2)
             row[col].set_xlabel('length (dotted: the longest trained)')
             row[col].set_ylabel(f'{what} (final)')
-            row[col + 2].set_xlabel('training step')
+            row[col + 2].set_xlabel('step of CPT (dotted: the end of phase 1)' if p in PHASE1 else 'training step')
             row[col + 2].set_ylabel(f'{what} beyond 1x')
         for ax in row:
             ax.set_ylim(-0.05, 1.05)

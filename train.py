@@ -57,6 +57,7 @@ task_min_len = 50  # copy/needle: lengths at training (copy: of the source, need
 task_max_len = 100  # [task_min_len, task_max_len]; the test lengths are eval_lengths (exact-match greedy answers)
 task_eval_samples = 100  # copy/needle: held-out samples per test length
 needle_value_len = 4  # needle: symbols in the needle's value
+needle_keys = 1  # needle: needles in the haystack (> 1: the query names one, the others distract)
 batch_size = 16  # sequences per micro-step, per process
 block_size = 2048  # training context length
 tokens_per_batch = 524288  # tokens per optimizer step, all processes and micro-steps together
@@ -161,7 +162,7 @@ def say(*args):
 # data, and the batch arithmetic
 if task in ('copy', 'needle'):
     train_data = val_data = (Copy(task_vocab, task_min_len, task_max_len) if task == 'copy' else
-                             Needle(task_vocab, task_min_len, task_max_len, needle_value_len))
+                             Needle(task_vocab, task_min_len, task_max_len, needle_value_len, needle_keys))
     block_size = config['block_size'] = train_data.block_size  # the longest sequence, padded to
     say(f"data: the {task} task, {task_vocab} symbols, {'source' if task == 'copy' else 'sequence'} lengths "
         f"{task_min_len}-{task_max_len}, sequences padded to {block_size}")
