@@ -29,13 +29,16 @@ except ImportError:
 SCORE_ENTRIES = 2 ** 25  # the most scores (or mask entries) attention() materialises at once
 
 
-def attention(q, k, v, q_start, k_start, slopes=None, window=0, dropout_p=0.0, backend='sdpa', alpha=1.0):
+def attention(q, k, v, *, q_start=0, k_start=0, slopes=None, window=0, dropout_p=0.0, backend='sdpa', alpha=1.0,
+              record=None):
     """Causal attention of queries at absolute positions q_start.. over keys at k_start..,
     with the ALiBi bias -slopes[h] * (i - j) (slopes None: no bias) and, if window > 0, only
     the last `window` keys (the query's own included); normalised by softmax (alpha = 1) or
     alpha-entmax; dropout_p on the probabilities. backend: attn_backend of the config.
+    record: a probe's callable, given the probabilities of every slice of queries in order,
+    record(p) with p (B, H, rows, Tk) before attention dropout; it makes the scores written out.
     q (B, H, Tq, hd), k and v (B, Hkv, Tk, hd) -> (B, H, Tq, hd)"""
-    kernel = attention_kernel(backend, q, k, q_start, k_start, slopes, window, dropout_p, alpha)
+    kernel = 'manual' if record else attention_kernel(backend, q, k, q_start, k_start, slopes, window, dropout_p, alpha)
     if kernel == 'adasplash':
         return fused_entmax(q, *repeat_kv(q, k, v))
     if kernel == 'flex':
@@ -54,8 +57,8 @@ def attention(q, k, v, q_start, k_start, slopes=None, window=0, dropout_p=0.0, b
     rows = max(1, SCORE_ENTRIES // per_row)
     slices = range(0, q.size(2), rows)
     if kernel == 'manual':
-        return torch.cat([written_out(q[:, :, i:i + rows], k, v, q_start + i, k_start, slopes, window, dropout_p, alpha)
-                          for i in slices], dim=2)
+        return torch.cat([written_out(q[:, :, i:i + rows], k, v, q_start + i, k_start, slopes, window, dropout_p, alpha,
+                                      record) for i in slices], dim=2)
     return torch.cat([masked_sdpa(q[:, :, i:i + rows], k, v, q_start + i, k_start, slopes, window, dropout_p)
                       for i in slices], dim=2)
 
@@ -112,15 +115,17 @@ def masked_sdpa(q, k, v, q_start, k_start, slopes, window, dropout_p):
     return y.to(q.dtype)
 
 
-def written_out(q, k, v, q_start, k_start, slopes, window, dropout_p, alpha):
-    """The scores in float32, masked, normalised by softmax or entmax, dropped, times v."""
+def written_out(q, k, v, q_start, k_start, slopes, window, dropout_p, alpha, record=None):
+    """The scores in float32, masked, normalised by softmax or entmax (handed to record), dropped, times v."""
     allowed, bias = mask_and_bias(q_start, q.size(2), k_start, k.size(2), slopes, window, q.device)
     with torch.autocast(q.device.type, enabled=False):  # scores in fp32: bf16 ones cost entmax 5x its error
         scores = q.float() @ k.float().transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, Tq, Tk)
     if bias is not None:
         scores = scores + bias
     scores = scores.masked_fill(~allowed, float('-inf'))
-    p = scores.softmax(-1) if alpha == 1.0 else Entmax.apply(scores, alpha)
+    p = scores.softmax(-1) if alpha == 1.0 else Entmax.apply(scores, alpha)  # (B, H, Tq, Tk)
+    if record:
+        record(p)
     return F.dropout(p.to(v.dtype), dropout_p, training=dropout_p > 0) @ v  # attention dropout, on the probabilities
 
 

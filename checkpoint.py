@@ -1,15 +1,17 @@
 """
-Checkpoints: written atomically, read with weights_only=True, and one loader that every eval
-script uses to turn a checkpoint (or a folder of released weights) into a model plus its tokenizer.
+Our own checkpoints: written atomically, read with weights_only=True; the model registry
+(MODELS, build_model); one loader that turns a checkpoint (or a folder of released weights, read
+by weights.py) into a model plus its tokenizer, and the eval scripts' shared start-up (eval_setup);
+train.py's ways in (resume_state, cpt_source, cpt_model_args) and its checkpoint pairs (save_pair);
+checkpoint averaging (average).
 
 A checkpoint is out_dir/ckpt_{step:06d}.pt = {model (state dict, clean keys), model_type,
 model_args, tokenizer (spec), step, config (the whole resolved config)}; every saved step is
 kept (checkpoint averaging needs the last K). The optimizer state of the two newest steps lives
 beside them in optim_{step:06d}.pt, for resume (the older one if the newer cannot be read).
 
-Released weights come in and go out here too (at the end): SmolLM3 folders in the Hugging Face
-layout, read and written (export_hf.py, lm-eval); state-spaces' and transformers' Mamba2 folders
-read, and a Mamba2 handed to transformers.
+Released weights (Hugging Face repo ids, SmolLM3 and Mamba2 folders, in and out) are not here:
+weights.py.
 """
 
 import errno
@@ -20,12 +22,17 @@ import os
 import pickle
 import re
 import shutil
+from contextlib import nullcontext
+from dataclasses import fields
 
 import torch
+from tqdm import tqdm
 
+import weights  # imported here, not lazily: weights.py reads and writes folders without checkpoint.py (it
+# needs only model.py's Transformer), so load_any can call it and no import cycle can arise
 from mamba import Mamba2, Mamba2Config
 from model import Transformer, TransformerConfig
-from tokens import EOT, Tokenizer
+from tokens import Tokenizer, same_tokenizer
 
 MODELS = {'transformer': (Transformer, TransformerConfig), 'mamba2': (Mamba2, Mamba2Config)}
 
@@ -147,62 +154,19 @@ def build_model(model_type, args):
     return cls(config_cls(**args))
 
 
-HUB_ID = re.compile(r'[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w./-]+)?')
-
-
-def hub_id(path):
-    """Whether path reads as a Hugging Face repo id (org/name[@revision]) rather than a local path."""
-    return not os.path.exists(path) and bool(HUB_ID.fullmatch(path)) and not path.endswith('.pt')
-
-
-def local(path):
-    """A local path as it is; a Hugging Face repo id (HuggingFaceTB/SmolLM3-3B,
-    state-spaces/mamba2-1.3b, optionally @revision) as the folder of its files in the hub's
-    cache, downloaded the first time (huggingface_hub: its cache, HF_HUB_OFFLINE=1 honoured)."""
-    if not hub_id(path):
-        return path
-    repo, _, revision = path.partition('@')
-    try:
-        from huggingface_hub import snapshot_download
-        return snapshot_download(repo, revision=revision or None,
-                                 allow_patterns=['*.json', '*.safetensors', '*.bin', '*.txt', '*.model'])
-    except Exception as e:  # offline and not cached, no such repo, no huggingface_hub: say what to do
-        raise ValueError(f"{path} is no local file or folder, and the hub's copy is not at hand ({type(e).__name__}): "
-                         f"download it once online (huggingface-cli download {repo}"
-                         f"{f' --revision {revision}' if revision else ''}), or give a local folder") from None
-
-
 def load_any(path):
     """A checkpoint file, or a folder of released weights (transformers' SmolLM3; state-spaces'
-    or transformers' Mamba2; or their Hugging Face repo id, see local), as a checkpoint dict:
+    or transformers' Mamba2; or their Hugging Face repo id, see weights.local), as a checkpoint dict:
     model, model_type, model_args, tokenizer (None if the folder has no tokenizer.json), step."""
-    path = local(path)
-    if not os.path.isdir(path):
-        ckpt = load(path)
-        if not isinstance(ckpt, dict) or 'model' not in ckpt or 'model_type' not in ckpt:
-            what = ("an optimizer state (optim_*.pt): give the ckpt_*.pt beside it" if isinstance(ckpt, dict)
-                    and 'optimizer' in ckpt else "not a model checkpoint of this repository (ckpt_*.pt)")
-            raise ValueError(f"{path} is {what}")
-        return ckpt
-    config = os.path.join(path, 'config.json')
-    if not os.path.exists(config):
-        raise ValueError(f"{path} is a folder without config.json: not a SmolLM3 or Mamba2 checkpoint")
-    with open(config) as f:
-        kind = json.load(f)
-    kind = 'mamba2' if 'd_model' in kind or kind.get('model_type') == 'mamba2' else kind.get('model_type')
-    if kind not in ('smollm3', 'mamba2'):
-        raise ValueError(f"{path} holds a {kind!r} model: only SmolLM3 and Mamba2 folders load")
-    args, state = (load_mamba2 if kind == 'mamba2' else load_smollm3)(path)
-    tokenizer = None
-    if os.path.exists(os.path.join(path, 'tokenizer.json')):
-        eot = EOT if kind == 'mamba2' else '<|end_of_text|>'
-        if os.path.exists(os.path.join(path, 'tokenizer_config.json')):  # the eos token it names, if any
-            with open(os.path.join(path, 'tokenizer_config.json')) as f:
-                eos = json.load(f).get('eos_token') or eot
-            eot = eos['content'] if isinstance(eos, dict) else eos
-        tokenizer = {'kind': 'hf', 'path': os.path.abspath(os.path.join(path, 'tokenizer.json')), 'eot': eot}
-    return {'model': state, 'model_type': 'mamba2' if kind == 'mamba2' else 'transformer', 'model_args': args,
-            'tokenizer': tokenizer, 'step': 0}
+    path = weights.local(path)
+    if os.path.isdir(path):
+        return weights.load_folder(path)
+    ckpt = load(path)
+    if not isinstance(ckpt, dict) or 'model' not in ckpt or 'model_type' not in ckpt:
+        what = ("an optimizer state (optim_*.pt): give the ckpt_*.pt beside it" if isinstance(ckpt, dict)
+                and 'optimizer' in ckpt else "not a model checkpoint of this repository (ckpt_*.pt)")
+        raise ValueError(f"{path} is {what}")
+    return ckpt
 
 
 def load_model(path, device='cpu', **overrides):
@@ -238,184 +202,210 @@ def check_length(model, length, path):
         raise SystemExit(f"{path} has learned absolute positions for {c.block_size} tokens: it cannot take {length}")
 
 
+def autocast(device, dtype):
+    """The eval scripts' precision: 'bfloat16' runs under autocast on the device's type, anything
+    else (float32) plain."""
+    return torch.autocast(device.split(':')[0], dtype=torch.bfloat16) if dtype == 'bfloat16' else nullcontext()
+
+
+def eval_setup(ckpt, device, dtype, purpose, window=None, length=None):
+    """The start-up every eval script shares: a SystemExit asking for --ckpt when it is empty, the
+    autocast of `dtype`, the model and its tokenizer (load_for_eval: purpose, window), and, given a
+    length, the check that the model can take it (check_length) -> (model, tokenizer, checkpoint
+    dict, autocast). device and dtype are the scripts' own (their defaults stay in their config)."""
+    if not ckpt:
+        raise SystemExit("give a checkpoint: --ckpt=out/quickstart/ckpt_000488.pt (or a weights folder)")
+    context = autocast(device, dtype)
+    model, tokenizer, info = load_for_eval(ckpt, device, purpose, window)
+    if length is not None:
+        check_length(model, length, ckpt)
+    return model, tokenizer, info, context
+
+
 # -----------------------------------------------------------------------------
-# released weights, in and out: SmolLM3 folders in the Hugging Face layout (config.json, (sharded)
-# safetensors, tokenizer files); state-spaces' and transformers' Mamba2 folders
+# train.py's ways in (resume, continued pre-training) and its checkpoint pairs
 
-def hf_name(name):
-    """Our parameter name -> transformers' SmolLM3 (Llama) name."""
-    name = re.sub(r'^layers\.(\d+)\.norm1\.', r'model.layers.\1.input_layernorm.', name)
-    name = re.sub(r'^layers\.(\d+)\.norm2\.', r'model.layers.\1.post_attention_layernorm.', name)
-    name = re.sub(r'^layers\.(\d+)\.attn\.', r'model.layers.\1.self_attn.', name)
-    name = re.sub(r'^layers\.(\d+)\.mlp\.', r'model.layers.\1.mlp.', name)
-    return {'wte.weight': 'model.embed_tokens.weight', 'norm_f.weight': 'model.norm.weight'}.get(name, name)
+RUNTIME = ('dropout', 'dropout_type', 'vpad_variant', 'attn_dropout', 'window', 'attn_backend', 'use_kernels')
 
 
-def smollm3_args(cfg):
-    """transformers' SmolLM3 config (a dict) -> TransformerConfig arguments. The sliding windows
-    come from `layer_types` when given, else by transformers' own rule (its NoPE layers slide)."""
-    if cfg.get('model_type') != 'smollm3':
-        raise ValueError(f"not a SmolLM3 checkpoint: its config.json has model_type {cfg.get('model_type')!r}")
-    rope = cfg.get('rope_parameters') or {'rope_theta': cfg.get('rope_theta', 2e6), 'rope_type': cfg.get('rope_scaling') or 'default'}
-    if rope.get('rope_type', 'default') != 'default' or cfg.get('hidden_act', 'silu') != 'silu' or cfg.get('mlp_bias'):
-        raise ValueError(f"only default RoPE, SiLU and bias-free MLPs are supported, not {rope}, "
-                         f"{cfg.get('hidden_act')}, mlp_bias={cfg.get('mlp_bias')}")
-    L = cfg['num_hidden_layers']
-    has_rope = cfg.get('no_rope_layers') or [int((i + 1) % cfg.get('no_rope_layer_interval', 4) != 0) for i in range(L)]
-    types = cfg.get('layer_types') or ['sliding_attention' if cfg.get('use_sliding_window') and cfg.get('sliding_window')
-                                       and not r else 'full_attention' for r in has_rope]  # transformers: NoPE layers slide
-    args = dict(vocab_size=cfg['vocab_size'], block_size=cfg.get('max_position_embeddings', 4096), n_layer=L,
-                n_head=cfg['num_attention_heads'], n_kv_head=cfg['num_key_value_heads'], n_embd=cfg['hidden_size'],
-                head_dim=cfg.get('head_dim') or cfg['hidden_size'] // cfg['num_attention_heads'],
-                ffn_dim=cfg['intermediate_size'], mlp='swiglu', norm='rmsnorm', norm_eps=cfg['rms_norm_eps'],
-                bias=cfg.get('attention_bias', False), tie_embeddings=cfg.get('tie_word_embeddings', True),
-                pos_encoding=['rope' if r else 'nope' for r in has_rope], rope_theta=float(rope['rope_theta']),
-                window=[cfg['sliding_window'] if t == 'sliding_attention' else 0 for t in types])
-    return args
+def save_pair(out_dir, step, keep_last, optim, ckpt):
+    """optim_{step}.pt, then ckpt_{step}.pt: a checkpoint on disk always has its optimizer state
+    beside it. Each is written to a temporary name, then renamed; the newest keep_last models are
+    kept (or all) and the optimizer states of `step` and the step before it (resume can go back
+    one). A full disk stops the run, the pairs before intact."""
+    path, optim_path = step_path(out_dir, step), step_path(out_dir, step, 'optim')
+    try:
+        save(optim, optim_path)
+        save(ckpt, path)
+    except OSError as e:
+        if os.path.exists(optim_path) and not os.path.exists(path):
+            os.remove(optim_path)
+        raise SystemExit(f"stopping at iteration {step}: cannot save its checkpoint ({e}). The checkpoints before it "
+                         f"are intact: free some space and resume with --init_from=resume")
+    for old in [s for s in steps(out_dir, 'optim') if s < step][:-1]:  # now that the new pair is complete
+        os.remove(step_path(out_dir, old, 'optim'))
+    for old in steps(out_dir)[:-keep_last] if keep_last else []:
+        os.remove(step_path(out_dir, old))
+    print(f"saved {path}", flush=True)
 
 
-def load_smollm3(folder):
-    """A Hugging Face SmolLM3 folder (config.json, model.safetensors or shards with their index)
-    -> (TransformerConfig arguments, state dict)."""
-    with open(os.path.join(folder, 'config.json')) as f:
-        args = smollm3_args(json.load(f))
-    from safetensors.torch import load_file
-    index = os.path.join(folder, 'model.safetensors.index.json')
-    if os.path.exists(index):
-        with open(index) as f:
-            files = sorted(set(json.load(f)['weight_map'].values()))
+def resume_state(out_dir, sharded, say=print):
+    """The newest complete pair of out_dir that reads -> (step, checkpoint, optimizer state)."""
+    resumable = pairs(out_dir)
+    if not resumable:
+        raise SystemExit(f"init_from='resume' but {out_dir} holds no checkpoint with optimizer state")
+    for step in reversed(resumable):
+        try:
+            ckpt, optim = load(step_path(out_dir, step)), load(step_path(out_dir, step, 'optim'))
+        except (OSError, ValueError, KeyError) as e:
+            say(f"warning: passing over step {step}: {e}; trying the checkpoint before it")
+            continue
+        if optim.get('sharded', False) != sharded:  # FSDP's state is keyed by parameter name, DDP's by index
+            raise SystemExit(f"{out_dir} was trained with parallel={'fsdp' if optim.get('sharded') else 'ddp'}: "
+                             f"resume it {'under torchrun with' if optim.get('sharded') else 'without'} --parallel=fsdp")
+        return step, ckpt, optim['optimizer']
+    raise SystemExit(f"no checkpoint of {out_dir} could be read with its optimizer state (warnings above)")
+
+
+def check_resume(ckpt, model_type, model_args, out_dir):
+    """SystemExit unless the config describes the checkpoint's own model."""
+    changed = {k: (v, model_args.get(k)) for k, v in ckpt['model_args'].items() if model_args.get(k) != v}
+    if changed or ckpt['model_type'] != model_type:
+        diff = ', '.join(f"{k}: checkpoint {a!r} vs config {b!r}" for k, (a, b) in changed.items())
+        raise SystemExit(f"cannot resume {out_dir}: the config describes another model ({diff or model_type}). "
+                         f"Resume with the run's own config, or start a new run in another out_dir.")
+
+
+def cpt_source(source, tokenizer, model_type=None):
+    """The checkpoint (or weights folder, or hub id) that continued pre-training starts from,
+    checked against the run's tokenizer and, if the config sets one (else None), its model_type."""
+    if not os.path.exists(source) and not weights.hub_id(source):
+        raise SystemExit(f"init_from must be 'scratch', 'resume', a checkpoint file, a weights folder or a "
+                         f"Hugging Face repo id (HuggingFaceTB/SmolLM3-3B); {source} is none of these")
+    try:
+        ckpt = load_any(source)
+    except ValueError as e:
+        raise SystemExit(f"init_from: {e}")
+    if ckpt['tokenizer'] is None:
+        raise SystemExit(f"{source} has no tokenizer.json: copy in the tokenizer the model was trained with "
+                         f"(GPT-NeoX's for state-spaces/mamba2-*)")
+    if not same_tokenizer(ckpt['tokenizer'], tokenizer):
+        raise SystemExit(f"{source} was trained with tokenizer {ckpt['tokenizer']}, but the data is tokenized with "
+                         f"{tokenizer}: prepare the data with the checkpoint's tokenizer")
+    if model_type and model_type != ckpt['model_type']:
+        raise SystemExit(f"config error: {source} is a {ckpt['model_type']}, but the config sets model_type = "
+                         f"{model_type!r}: CPT keeps the checkpoint's model (remove model_type)")
+    return ckpt
+
+
+def cpt_model_args(source_args, config, user_keys, source):
+    """CPT: the architecture of the source checkpoint with this run's regularization and windows
+    (RUNTIME). A model key that the config sets (user_keys) to another value is an error: it could not apply."""
+    known = {f.name for f in fields(MODELS[config['model_type']][1])}
+    fixed = known - set(RUNTIME) - {'vocab_size', 'block_size'}  # these two follow the data and this run's length
+    clash = {k: (source_args.get(k), config[k]) for k in sorted(user_keys & fixed) if config[k] != source_args.get(k)}
+    if clash:
+        raise SystemExit(f"config error: continued pre-training takes the architecture from {source}, but the config "
+                         f"sets " + ', '.join(f"{k} = {b!r} (the checkpoint has {a!r})" for k, (a, b) in clash.items())
+                         + f". Remove these keys; CPT may change only {', '.join(RUNTIME)}")
+    return {**source_args, **{k: config[k] for k in RUNTIME if k in known}}
+
+
+# -----------------------------------------------------------------------------
+# checkpoint averaging (the paper's Tables 9, 10 and 12, Figure 6): checkpoint files or weights
+# folders read one at a time (memory-mapped), so memory stays at about two models
+
+IGNORED_CONFIG_KEYS = ('transformers_version', 'torch_dtype', 'dtype')  # bookkeeping in config.json
+
+
+def weight_files(path):
+    """The files that hold a checkpoint's weights: itself, or a folder's (sharded) weight files."""
+    if not os.path.isdir(path):
+        return [path]
+    names = sorted(os.listdir(path))
+    files = ([n for n in names if n.endswith('.safetensors')] or
+             [n for n in names if n.startswith('pytorch_model') and n.endswith('.bin')])
+    if not files:
+        raise ValueError(f"{path} has no *.safetensors or pytorch_model*.bin weights")
+    return [os.path.join(path, n) for n in files]
+
+
+def read(file):
+    """name -> tensor of one weight file, lazily (memory-mapped or read on access)."""
+    if file.endswith('.safetensors'):
+        from safetensors import safe_open
+        with safe_open(file, 'pt') as f:
+            for name in f.keys():
+                yield name, f.get_tensor(name)
     else:
-        files = ['model.safetensors']
-    missing = [f for f in files if not os.path.exists(os.path.join(folder, f))]
-    if missing:
-        raise FileNotFoundError(f"{folder} lacks {len(missing)} of its {len(files)} weight files: {', '.join(missing[:3])}")
-    theirs = {}
-    for f in files:
-        theirs.update(load_file(os.path.join(folder, f)))
-    with torch.device('meta'):  # our names, without building the weights
-        ours = {hf_name(k): k for k in Transformer(TransformerConfig(**args)).state_dict()}
-    state = {ours[k]: v for k, v in theirs.items() if k in ours}
-    if args['tie_embeddings']:  # the head is the embedding (and usually absent from the files)
-        state['lm_head.weight'] = state['wte.weight']
-    return args, state
+        state = load(file)
+        yield from (state['model'] if file.endswith('.pt') else state).items()
 
 
-def save_smollm3(model, folder, source_dir=None, shard_bytes=5 * 2 ** 30, dtype=torch.bfloat16):
-    """Write a model as a Hugging Face SmolLM3 folder (config.json, sharded safetensors with their
-    index, and the tokenizer files and token ids of source_dir, the folder the weights came from),
-    loadable by transformers and lm-eval."""
-    from safetensors.torch import save_file
-    c = model.config
-    pos, windows = c.layer_pos_encodings(), c.layer_windows()
-    # everything transformers' SmolLM3 would silently compute differently (its attention is
-    # softmax without a query scale; the scale's weights would be dropped as unexpected keys)
-    problems = [what for what, bad in (
-        (f"mlp={c.mlp!r}", c.mlp != 'swiglu'), (f"norm={c.norm!r}", c.norm != 'rmsnorm'), ('biases', c.bias),
-        (f"pos_encoding {sorted(set(pos) - {'rope', 'nope'})}", set(pos) - {'rope', 'nope'}),
-        (f"windows {sorted(set(windows) - {0})}", len(set(windows) - {0}) > 1),
-        (f"attn_alpha={c.attn_alpha} (entmax)", c.attn_alpha != 1), (f"attn_scale={c.attn_scale!r}", c.attn_scale != 'none'))
-        if bad]
-    if problems:
-        raise ValueError("SmolLM3's layout needs SwiGLU, RMSNorm, no biases, RoPE or NoPE layers, one window size and "
-                         f"softmax attention without a query scale; this model has {', '.join(problems)}")
-    source = {}
-    if source_dir and os.path.exists(os.path.join(source_dir, "config.json")):
-        with open(os.path.join(source_dir, "config.json")) as f:
-            source = json.load(f)
-
-    def token_id(key):
-        """The source's id if it names a token of this vocabulary, else None; always written, as
-        transformers' defaults are the 3B vocabulary's ids and its pad_token_id becomes the
-        embedding's padding_idx, which must lie inside the vocabulary. None it accepts: no padding
-        row (ours has none); lm-eval's HF model pads with the tokenizer's own token."""
-        def inside(i):
-            return type(i) is int and 0 <= i < c.vocab_size
-        v = source.get(key)
-        if isinstance(v, list):  # several eos ids
-            return [i for i in v if inside(i)] or None
-        return v if inside(v) else None
-    W = max(windows)
-    cfg = {'architectures': ['SmolLM3ForCausalLM'], 'model_type': 'smollm3', 'vocab_size': c.vocab_size,
-           'hidden_size': c.n_embd, 'intermediate_size': c.ffn_dim or 4 * c.n_embd, 'num_hidden_layers': c.n_layer,
-           'num_attention_heads': c.n_head, 'num_key_value_heads': c.n_kv_head or c.n_head, 'head_dim': model.head_dim,
-           'hidden_act': 'silu', 'rms_norm_eps': c.norm_eps, 'attention_bias': False, 'mlp_bias': False,
-           'rope_parameters': {'rope_theta': c.rope_theta, 'rope_type': 'default'},
-           'no_rope_layers': [int(p == 'rope') for p in pos], 'use_sliding_window': bool(W), 'sliding_window': W or None,
-           'layer_types': ['sliding_attention' if w else 'full_attention' for w in windows],
-           'max_position_embeddings': source.get('max_position_embeddings', c.block_size),
-           'tie_word_embeddings': c.tie_embeddings, 'torch_dtype': str(dtype).removeprefix('torch.'),
-           **{k: token_id(k) for k in ('bos_token_id', 'eos_token_id', 'pad_token_id')}}
-    tmp = folder.rstrip('/') + '.tmp'
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
-    state = {hf_name(k): v.detach().to('cpu', dtype).contiguous() for k, v in model.state_dict().items()
-             if not (c.tie_embeddings and k == 'lm_head.weight')}
-    shards, size = [{}], 0
-    for k, v in state.items():
-        if size and size + v.numel() * v.element_size() > shard_bytes:
-            shards.append({})
-            size = 0
-        shards[-1][k] = v
-        size += v.numel() * v.element_size()
-    weight_map = {}
-    for i, shard in enumerate(shards):
-        name = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" if len(shards) > 1 else 'model.safetensors'
-        save_file(shard, os.path.join(tmp, name), metadata={'format': 'pt'})
-        weight_map.update({k: name for k in shard})
-    if len(shards) > 1:
-        with open(os.path.join(tmp, 'model.safetensors.index.json'), 'w') as f:
-            json.dump({'metadata': {'total_size': sum(v.numel() * v.element_size() for v in state.values())},
-                       'weight_map': weight_map}, f, indent=2)
-    with open(os.path.join(tmp, 'config.json'), 'w') as f:
-        json.dump(cfg, f, indent=2)
-    for name in ('tokenizer.json', 'tokenizer_config.json', 'special_tokens_map.json', 'generation_config.json'):
-        if source_dir and os.path.exists(os.path.join(source_dir, name)):
-            shutil.copy(os.path.join(source_dir, name), tmp)
-    shutil.rmtree(folder, ignore_errors=True)
-    os.replace(tmp, folder)
+def shapes(file):
+    """name -> (shape, is float) of one weight file of a folder, without reading the weights."""
+    if file.endswith('.safetensors'):
+        from safetensors import safe_open
+        with safe_open(file, 'pt') as f:
+            return {n: (tuple(f.get_slice(n).get_shape()), f.get_slice(n).get_dtype().startswith(('F', 'BF')))
+                    for n in f.keys()}
+    return {n: (tuple(t.shape), t.is_floating_point()) for n, t in read(file)}
 
 
-def load_mamba2(folder):
-    """A state-spaces/mamba2-* folder (mamba_ssm's config.json and pytorch_model.bin), or a
-    transformers Mamba2 folder (config.json, model.safetensors) -> (Mamba2Config args, state dict)."""
-    with open(os.path.join(folder, 'config.json')) as f:
-        cfg = json.load(f)
-    if 'd_model' in cfg:  # mamba_ssm
-        ssm = cfg.get('ssm_cfg', {})
-        if ssm.get('layer', 'Mamba2') != 'Mamba2' or cfg.get('d_intermediate', 0) or cfg.get('attn_layer_idx'):
-            raise ValueError(f"{folder} is not a pure Mamba2 model (ssm_cfg {ssm}); only those load")
-        multiple = cfg.get('pad_vocab_size_multiple', 16)
-        args = dict(vocab_size=-(-cfg['vocab_size'] // multiple) * multiple, n_layer=cfg['n_layer'], n_embd=cfg['d_model'],
-                    d_state=ssm.get('d_state', 128), d_conv=ssm.get('d_conv', 4), expand=ssm.get('expand', 2),
-                    headdim=ssm.get('headdim', 64), ngroups=ssm.get('ngroups', 1), chunk_size=ssm.get('chunk_size', 256),
-                    tie_embeddings=cfg.get('tie_embeddings', True))
-    else:  # transformers' Mamba2Config
-        args = dict(vocab_size=cfg['vocab_size'], n_layer=cfg['num_hidden_layers'], n_embd=cfg['hidden_size'],
-                    d_state=cfg['state_size'], d_conv=cfg['conv_kernel'], expand=cfg['expand'], headdim=cfg['head_dim'],
-                    ngroups=cfg['n_groups'], chunk_size=cfg['chunk_size'], norm_eps=cfg['layer_norm_epsilon'],
-                    bias=cfg['use_bias'], conv_bias=cfg['use_conv_bias'], tie_embeddings=cfg['tie_word_embeddings'])
-    path = os.path.join(folder, 'model.safetensors')
-    if os.path.exists(path):
-        from safetensors.torch import load_file
-        raw = load_file(path)
-    else:
-        raw = torch.load(os.path.join(folder, 'pytorch_model.bin'), map_location='cpu', weights_only=True)
-    state = {k.removeprefix('backbone.').replace('embeddings.', 'embedding.'): v for k, v in raw.items()}
-    if args['tie_embeddings']:  # the head may be missing from the file, or a copy of the embedding
-        state['lm_head.weight'] = state['embedding.weight']
-    return args, state
+def describe(path):
+    """What averaged checkpoints must share, read without the weights: the architecture (model type
+    and arguments, or a folder's config.json) and name -> (shape, is float) of every tensor."""
+    if os.path.isdir(path):
+        with open(os.path.join(path, 'config.json')) as f:
+            config = json.load(f)
+        arch = {k: v for k, v in config.items() if not k.startswith('_') and k not in IGNORED_CONFIG_KEYS}
+        return arch, {n: s for f in weight_files(path) for n, s in shapes(f).items()}
+    ckpt = load_any(path)  # memory-mapped: the tensors' pages are not read
+    return ({'model_type': ckpt['model_type'], **ckpt['model_args']},
+            {n: (tuple(t.shape), t.is_floating_point()) for n, t in ckpt['model'].items()})
 
 
-def to_transformers(model):
-    """The same model as transformers' Mamba2ForCausalLM (for lm-eval, and the tests' reference)."""
-    import transformers
-    c = model.config
-    hf = transformers.Mamba2ForCausalLM(transformers.Mamba2Config(
-        vocab_size=c.vocab_size, hidden_size=c.n_embd, num_hidden_layers=c.n_layer, state_size=c.d_state, expand=c.expand,
-        head_dim=c.headdim, num_heads=c.nheads, n_groups=c.ngroups, conv_kernel=c.d_conv, chunk_size=c.chunk_size,
-        use_bias=c.bias, use_conv_bias=c.conv_bias, layer_norm_epsilon=c.norm_eps, tie_word_embeddings=c.tie_embeddings,
-        time_step_limit=(0.0, float('inf'))))
-    state = {('' if k.startswith('lm_head') else 'backbone.') + k.replace('embedding.', 'embeddings.'): v
-             for k, v in model.state_dict().items()}
-    hf.load_state_dict(state)
-    return hf.to(next(model.parameters()).device)
+def check(paths):
+    """ValueError, naming the first difference, unless all checkpoints have one architecture and the
+    same tensors."""
+    if not paths:
+        raise ValueError("no checkpoints to average")
+    if len({os.path.isdir(p) for p in paths}) > 1:
+        raise ValueError("cannot average checkpoint files with weights folders")
+    ref_arch, ref_shapes = None, None
+    for path in paths:
+        arch, found = describe(path)
+        if ref_arch is None:
+            ref_arch, ref_shapes, first = arch, found, path
+            continue
+        diff = sorted((k for k in ref_arch.keys() | arch.keys() if ref_arch.get(k) != arch.get(k)),
+                      key=lambda k: (k != 'model_type', k))  # the model type first, if it differs
+        if diff:
+            what = ', '.join(f'{k} ({ref_arch.get(k)!r} vs {arch.get(k)!r})' for k in diff[:5])
+            raise ValueError(f"{path} and {first} differ in {what}")
+        if found.keys() != ref_shapes.keys():
+            odd = sorted(found.keys() ^ ref_shapes.keys())
+            raise ValueError(f"{path} and {first} hold different tensors: {', '.join(odd[:5])}")
+        bad = [n for n in found if found[n] != ref_shapes[n]]
+        if bad:
+            raise ValueError(f"{path} and {first} differ in {bad[0]}: shape {found[bad[0]][0]} vs {ref_shapes[bad[0]][0]}"
+                             f" (float: {found[bad[0]][1]} vs {ref_shapes[bad[0]][1]})")
+
+
+def average(paths):
+    """The uniform average of the checkpoints' weights: name -> tensor in the newest's dtype."""
+    check(paths)
+    total, newest = {}, {}
+    for path in tqdm(paths, desc='averaging', unit='ckpt', disable=len(paths) < 3):
+        for file in weight_files(path):
+            for name, t in read(file):
+                if not t.is_floating_point():
+                    newest[name] = t  # the last checkpoint read is the newest
+                    continue
+                acc = torch.float64 if t.dtype in (torch.float32, torch.float64) else torch.float32
+                if name in total:
+                    total[name] += t.to(total[name].dtype)
+                else:
+                    total[name] = t.to(acc, copy=True)
+                newest[name] = t.dtype
+    return {n: (total[n] / len(paths)).to(newest[n]) if n in total else newest[n] for n in newest}

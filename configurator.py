@@ -8,7 +8,8 @@ Arguments without '--' are config files (plain Python, executed in order); '--ke
 overrides follow (value parsed as a Python literal, else taken as a string). Unlike nanoGPT:
 an unknown key, in a file or on the command line, is an error that names it; a value of the
 wrong type is an error (an int is fine for a float, a tuple for a list); a global annotated with
-a type (`window: int | list = 0`) accepts exactly that type. A config file may import another
+a type (`window: int | list = 0`) accepts exactly that type, and one annotated with a Literal
+(`schedule: Literal['wsd', 'cosine'] = 'wsd'`) exactly those values. A config file may import another
 (`from configs.scratch import *`). `--help` lists the keys, their defaults and comments.
 UPPER_CASE globals are constants, never keys.
 """
@@ -40,7 +41,11 @@ def _fits(value, t):
 
 
 def check(key, value, default, annotation=None, where='command line'):
-    """Raise SystemExit with a clear message if value does not fit the key's type."""
+    """Raise SystemExit with a clear message if value does not fit the key's type (or allowed values)."""
+    if typing.get_origin(annotation) is typing.Literal:
+        if value in typing.get_args(annotation) and type(value) is type(default):
+            return value
+        raise SystemExit(f"config error ({where}): {key} must be one of {list(typing.get_args(annotation))}, got {value!r}")
     if annotation is not None:
         allowed = typing.get_args(annotation) or (annotation,)
     elif default is None:  # no type to check against

@@ -10,17 +10,11 @@ Three placements are compared in the paper (Fig. 2), all built from the operator
 - VPAD, Variance-Preserving Affine Dropout, at the pre-linear sites.
 
 VPAD IS A RECONSTRUCTION. The paper's VPAD formula was not available to us (only its name,
-its purpose and Fig. 3). What we implement (docs/vpad.md has the derivation in full):
-for one token's input x in R^d to a linear layer W, inverted dropout D(x) = m*x/(1-p) with
-m_i ~ Bernoulli(1-p) keeps E[Wx] but inflates the pre-activation variance,
-    E||W D(x)||^2 = ||Wx||^2 + p/(1-p) * sum_ij W_ij^2 x_j^2      (~ 1/(1-p) for isotropic W).
-"Affine" dropout sets dropped units to a constant c instead of 0 and rescales, z = a*(m*x + (1-m)*c) + b.
-Asking that the per-token mean mu and variance sigma^2 of x be preserved, with c = mu, gives
-a = 1/sqrt(1-p), b = (1-a)*mu, i.e.
-    VPAD(x) = mu + m * (x - mu) / sqrt(1-p),        mu = mean_i x_i (per token)        (variant A)
-Then E||W VPAD(x)||^2 = (1-p)||Wx||^2 + p * sum_ij W_ij^2 x_j^2 for centred x: exact for
-isotropic W, where PL-D is off by p/(1-p). With torch's alpha-dropout constants this is the same
-family (Klambauer et al. 2017). Variants, all judged by the same variance probe (probe_variance.py):
+its purpose and Fig. 3). docs/vpad.md derives what we implement: affine dropout whose dropped
+units take the per-token mean and whose kept ones are rescaled around it so that the token's
+mean and variance are kept (vpad() below, variant A; the family of Klambauer et al. 2017's alpha
+dropout), and what each operator does to the variance of a pre-activation (variance_error()).
+Variants, all judged by the same variance probe (probe_variance.py):
     B  per-feature statistics over the batch instead of per token (BatchNorm-style)
     C  inverted dropout, then exact per-token re-standardisation to the mean and std of x
     D  RMS-preserving: m*x * ||x|| / ||m*x||
@@ -66,6 +60,17 @@ def vpad(x, p, variant='A', training=True, eps=1e-6):
         d = x * keep
         return d * (x.norm(dim=-1, keepdim=True) / (d.norm(dim=-1, keepdim=True) + eps))
     raise ValueError(f"unknown vpad_variant {variant!r}; choose one of {VPAD_VARIANTS}")
+
+
+def variance_error(dropout_type, p, r):
+    """The relative error E[Var y'] / Var y - 1 that a pre-linear operator makes, in expectation
+    over its mask, in a pre-activation y = W x of centred x (docs/vpad.md), where
+    r = sum_ij W_ij^2 x_j^2 / ||W x||^2 (about 1 for weights without structure)."""
+    if dropout_type == 'pre_linear':  # E||W D(x)||^2 = ||W x||^2 + p / (1-p) sum_ij W_ij^2 x_j^2
+        return p / (1 - p) * r
+    if dropout_type == 'vpad':  # E||W VPAD(x)||^2 = (1-p) ||W x||^2 + p sum_ij W_ij^2 x_j^2
+        return p * (r - 1)
+    raise ValueError(f"variance_error is for 'pre_linear' or 'vpad', got {dropout_type!r}")
 
 
 def keep_mask(x, p):

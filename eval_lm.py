@@ -46,7 +46,6 @@ How requests are answered (lm-eval's contract, as its HFLM does it, so that numb
 import json
 import os
 import sys
-from contextlib import nullcontext
 
 import torch
 import torch.nn.functional as F
@@ -147,7 +146,7 @@ class LengthGenLM(LM):
             raise ValueError("batch_size 'auto' is not supported here: give a number")
         if dtype not in ('bfloat16', 'float32'):
             raise ValueError(f"dtype must be 'bfloat16' or 'float32', got {dtype!r}")
-        self.model, self.tok, info = checkpoint.load_for_eval(ckpt, device, 'lm-eval', window)
+        self.model, self.tok, info, self.autocast = checkpoint.eval_setup(ckpt, device, dtype, 'lm-eval', window)
         if self.tok.spec['kind'] == 'symbols':
             raise ValueError(f"{ckpt} reads the symbols of a synthetic task, not text: lm-eval's tasks need a text tokenizer")
         trained = (info.get('config') or {}).get('block_size') or getattr(self.model.config, 'block_size', 2048)
@@ -155,7 +154,6 @@ class LengthGenLM(LM):
         checkpoint.check_length(self.model, self.max_length, ckpt)
         self.ckpt, self.step, self.batch_size, self.chunk_size = ckpt, info.get('step'), int(batch_size), int(chunk_size)
         self.max_gen_toks, self.dtype, self._device = int(max_gen_toks), dtype, torch.device(device)
-        self.autocast = torch.autocast(self._device.type, dtype=torch.bfloat16) if dtype == 'bfloat16' else nullcontext()
 
     def get_model_info(self):  # lm-eval adds this to its results' config
         return {'ckpt': self.ckpt, 'step': self.step, 'max_length': self.max_length, 'dtype': self.dtype}

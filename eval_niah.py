@@ -16,7 +16,6 @@ checkpoint.load_model reads.
 import json
 import os
 import sys
-from contextlib import nullcontext
 
 import torch
 from tqdm import tqdm
@@ -87,12 +86,8 @@ if __name__ == '__main__':
     dtype = 'bfloat16' if torch.cuda.is_available() else 'float32'
     # -------------------------------------------------------------------------
     globals().update(configure(globals(), sys.argv[1:]))
-    if not ckpt:
-        raise SystemExit("give a checkpoint: --ckpt=out/quickstart/ckpt_000488.pt (or a weights folder)")
-    autocast = torch.autocast(device.split(':')[0], dtype=torch.bfloat16) if dtype == 'bfloat16' else nullcontext()
+    model, tokenizer, info, autocast = checkpoint.eval_setup(ckpt, device, dtype, 'NIAH', window, max(lengths))
     out = out or ckpt.removesuffix('.pt').rstrip('/') + '_niah'
-    model, tokenizer, info = checkpoint.load_for_eval(ckpt, device, 'NIAH', window)
-    checkpoint.check_length(model, max(lengths), ckpt)
 
     try:
         summary = evaluate(model, tokenizer, ruler.Results(out + '.jsonl'), lengths, samples, depths, depth_samples,

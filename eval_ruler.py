@@ -21,7 +21,6 @@ import json
 import math
 import os
 import sys
-from contextlib import nullcontext
 
 import torch
 from tqdm import tqdm
@@ -92,12 +91,8 @@ if __name__ == '__main__':
     # -------------------------------------------------------------------------
     globals().update(configure(globals(), sys.argv[1:]))
     names = task_list(tasks)
-    if not ckpt:
-        raise SystemExit("give a checkpoint: --ckpt=out/quickstart/ckpt_000488.pt (or a weights folder)")
-    autocast = torch.autocast(device.split(':')[0], dtype=torch.bfloat16) if dtype == 'bfloat16' else nullcontext()
+    model, tokenizer, info, autocast = checkpoint.eval_setup(ckpt, device, dtype, 'RULER', window, max(lengths))
     out = out or ckpt.removesuffix('.pt').rstrip('/') + '_ruler'
-    model, tokenizer, info = checkpoint.load_for_eval(ckpt, device, 'RULER', window)
-    checkpoint.check_length(model, max(lengths), ckpt)
 
     data = ruler.Data(essay, squad, hotpotqa)
     r = evaluate(model, tokenizer, ruler.Results(out + '.jsonl'), names, lengths, samples, seed, data, device,

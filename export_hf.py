@@ -22,6 +22,7 @@ import sys
 import torch
 
 import checkpoint
+import weights
 from configurator import configure
 
 ckpt = ''  # a checkpoint file
@@ -39,18 +40,18 @@ except (OSError, RuntimeError, ValueError) as e:
     raise SystemExit(f"cannot load {ckpt}: {e}")
 source = source or info.get('config', {}).get('init_from', '')
 try:  # a hub name: its cached folder (a path stays as it is)
-    source = checkpoint.local(source)
+    source = weights.local(source)
 except ValueError as e:
     raise SystemExit(f"--source: {e}")
 given, source = source, (source if os.path.isdir(source) else None)
 if info['model_type'] == 'mamba2':
-    checkpoint.to_transformers(model).to(getattr(torch, dtype)).save_pretrained(out)
+    weights.to_transformers(model).to(getattr(torch, dtype)).save_pretrained(out)
     for name in ('tokenizer.json', 'tokenizer_config.json', 'special_tokens_map.json'):
         if source and os.path.exists(os.path.join(source, name)):
             shutil.copy(os.path.join(source, name), out)
 else:
     try:  # the layout is checked before anything is written
-        checkpoint.save_smollm3(model, out, source, dtype=getattr(torch, dtype))
+        weights.save_smollm3(model, out, source, dtype=getattr(torch, dtype))
     except ValueError as e:
         raise SystemExit(f"cannot export {ckpt}: {e}. Evaluate it with eval_lm.py instead: "
                          f"python eval_lm.py --ckpt={ckpt} --tasks=arc_easy,...")

@@ -35,10 +35,10 @@ import torch._dynamo.utils
 import torch.distributed as dist
 import torch.nn.functional as F
 
-import bench
+import timing
 import checkpoint
 import dropout as dropout_py
-import fsdp
+import processes
 import hardware
 import mamba
 import attention as attention_py
@@ -119,7 +119,7 @@ def batch(vocab, B, T, seed):
 
 
 def build(kind, args, **kw):
-    return bench.build(kind, {**args, **kw}, device)
+    return timing.build(kind, {**args, **kw}, device)
 
 
 def goal(ok):
@@ -162,7 +162,8 @@ def _():
                     flex = ('flex',) if m is not None or w else ()
                     for b in ('sdpa', 'manual', *flex) if alpha == 1.0 else ('manual',):
                         kernel = attention_py.attention_kernel(b, q, k, offset, 0, m, w, 0.0, alpha)
-                        y = attention_py.attention(q, k, v, offset, 0, m, w, 0.0, b, alpha)
+                        y = attention_py.attention(q, k, v, q_start=offset, slopes=m, window=w, backend=b,
+                                                   alpha=alpha)
                         e = ((y.double() - ref).abs().max() / ref.abs().max()).item()
                         if e >= errs.get(kernel, (-1.0,))[0]:
                             errs[kernel] = (e, case)
@@ -342,7 +343,7 @@ def _():
         ref = build('transformer', a).train()
         for block in m.layers:  # as train.py does: the backward recomputes each block
             block.forward = functools.partial(torch.utils.checkpoint.checkpoint, block.forward, use_reentrant=False)
-        fsdp.wrap(m, device, bf16=False)
+        processes.wrap(m, device, bf16=False)
         torch._dynamo.reset()
         counters.clear()
         step = torch.compile(m, backend=backend)
@@ -381,7 +382,7 @@ def speed(models, vocab, T, B, steps=10, rounds=3):
 
     def make(m):
         step, opt = torch.compile(m, backend=backend), torch.optim.AdamW(m.parameters(), lr=1e-4, fused=device == 'cuda')
-        return lambda n: bench.train_steps(step, opt, n, B, T, vocab, device, autocast)
+        return lambda n: timing.train_steps(step, opt, n, B, T, vocab, device, autocast)
     runs, peaks = {name: make(m) for name, m in models.items()}, {}
     for name, run in runs.items():
         run(2)  # compiles
@@ -389,7 +390,7 @@ def speed(models, vocab, T, B, steps=10, rounds=3):
             torch.cuda.reset_peak_memory_stats()
             run(1)
             peaks[name] = torch.cuda.max_memory_allocated() / 2 ** 30
-    secs = bench.timed(runs, steps, 1, rounds)
+    secs = timing.timed(runs, steps, 1, rounds)
     _, peak = hardware.peak_flops(device)
     figures = {}
     for name, m in models.items():
@@ -414,7 +415,7 @@ def _():
 def _():
     kind, args, T, B = SCRATCH
     torch.manual_seed(0)
-    models = {'nanoGPT': bench.NanoGPT(args['vocab_size'], T, args['n_layer'], args['n_head'], args['n_embd']).to(device),
+    models = {'nanoGPT': timing.NanoGPT(args['vocab_size'], T, args['n_layer'], args['n_head'], args['n_embd']).to(device),
               'model.py': build(kind, args)}
     figs = speed(models, args['vocab_size'], T, B if dry_run else 8)
     return 'INFO', f"model.py {figs['model.py'][1]}; nanoGPT {figs['nanoGPT'][1]}; " \
@@ -457,7 +458,7 @@ def _():
         counters.clear()
         if device == 'cuda':
             torch.cuda.reset_peak_memory_stats()
-        r = bench.context_times(kind, args, L, gen, chunk, device, 'float32' if dry_run else 'bfloat16')
+        r = timing.context_times(kind, args, L, gen, chunk, device, 'float32' if dry_run else 'bfloat16')
         graphs, breaks = counters['stats']['unique_graphs'], sum(counters['graph_break'].values())
         est = sum(hardware.inference_estimate(shape, L, chunk, bf16=not dry_run).values()) / 2 ** 30
         ok = graphs <= MAX_GRAPHS and breaks == 0

@@ -32,9 +32,19 @@ def memory_estimate(model, batch_size, block_size, bf16, checkpointing=False, fs
     return {'states': states, 'activations': acts, 'attention': attention, 'logits': 10 * tokens * c.vocab_size}
 
 
+def describe_memory(model, batch_size, block_size, bf16, checkpointing=False, fsdp_world=1, no_sync=False):
+    """memory_estimate as train.py prints it, in GB by part and in all."""
+    gb = {k: v / 2 ** 30 for k, v in memory_estimate(model, batch_size, block_size, bf16, checkpointing, fsdp_world,
+                                                      no_sync).items()}
+    return (f"memory per process (estimate): weights, gradients and AdamW {gb['states']:.1f} GB + activations "
+            f"{gb['activations']:.1f} GB + attention probabilities {gb['attention']:.1f} GB + logits "
+            f"{gb['logits']:.1f} GB = {sum(gb.values()):.1f} GB (batch_size {batch_size} x {block_size}"
+            f"{', activation checkpointing' if checkpointing else ''}{f', FSDP over {fsdp_world}' if fsdp_world > 1 else ''})")
+
+
 def inference_estimate(model, length, chunk, bf16):
     """-> bytes by part of a transformer's chunked prefill of `length` tokens, then greedy decoding
-    (model.generate, bench.context_times), with fused attention (flex; SDPA's causal kernels):
+    (model.generate, timing.context_times), with fused attention (flex; SDPA's causal kernels):
     'weights' (in the compute dtype), 'cache' (every layer's keys and values; a windowed layer keeps
     its last W - 1 as a view of the chunk's concatenation, whose storage holds W - 1 + chunk),
     'transient' (the most held at once besides: a full layer's keys and values concatenated anew

@@ -13,7 +13,7 @@ paper's dropout placements inline:
 - A state (conv inputs and SSM state per layer) carries a sequence across calls: chunked
   prefill of long prompts, per-position losses, and constant-time-per-token generation.
 - Defaults and initialisation follow mamba_ssm's Mamba2 (d_state 128, headdim 64, expand 2,
-  d_conv 4, ngroups 1); weights of state-spaces/mamba2-* load through checkpoint.py.
+  d_conv 4, ngroups 1); weights of state-spaces/mamba2-* load through weights.py.
 """
 
 import math

@@ -184,6 +184,7 @@ class Attention(nn.Module):
         self.pos_encoding = config.layer_pos_encodings()[layer_idx]
         self.window = config.layer_windows()[layer_idx]
         self.attn_dropout, self.alpha, self.backend = config.attn_dropout, config.attn_alpha, config.attn_backend
+        self.record = None  # a probe's hook on the attention probabilities (measures.attention_entropy)
         slopes = alibi_slopes(self.n_head, self.pos_encoding, config.nape_slopes) if self.pos_encoding in ('alibi', 'nape') else None
         self.register_buffer('slopes', slopes, persistent=False)
         # ASEntmax's query scale (deep-spin/asentmax): on the NoPE heads under NAPE (the last H/2), else on all
@@ -212,7 +213,8 @@ class Attention(nn.Module):
         if cache is not None:
             k, v, k_start = cache.update(self.layer_idx, k, v, self.window)
         dropout_p = self.attn_dropout if self.training else 0.0
-        y = attention(q, k, v, q_start, k_start, self.slopes, self.window, dropout_p, self.backend, self.alpha)
+        y = attention(q, k, v, q_start=q_start, k_start=k_start, slopes=self.slopes, window=self.window,
+                      dropout_p=dropout_p, backend=self.backend, alpha=self.alpha, record=self.record)
         y = y.transpose(1, 2).reshape(B, T, self.n_head * self.head_dim)  # (B, T, H*hd)
         return self.o_proj(self.pre_linear(y))
 

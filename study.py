@@ -29,10 +29,19 @@ python study.py --parts="['copy_mamba', 'lm_mamba']" --out=out/study_mamba
   copy_mamba  the Copy task (tasks.Copy) with a 2 x 128 Mamba2, sources of 5-10 symbols, 1500 steps:
       exact-match accuracy, and the fraction of right tokens, from 1x to 16x the longest source
       (Table 6's Mamba2-45M row in small).
+Not in the default list (docs/study.md has their times):
+python study.py --parts="['cpt_sw', 'cpt_sw_needle']" --out=out/study_cpt
+  cpt_sw, cpt_sw_needle  continued pre-training into sliding windows (Table 1 in small), in two
+      phases. Phase 1 ('orig'): the lm part's 4 x 128 SmolLM3 pattern (RoPE, RoPE, RoPE, NoPE) with
+      full attention and WD, or the needle's 2-layer RoPE, NoPE hybrid, trained once per seed. 'sw':
+      its checkpoints with windows (32 keys; 16 for the needle) on the RoPE layers and no CPT. Every
+      other variant continues phase 1's final weights with those windows (constant LR a tenth of
+      phase 1's after 10% warm-up; 400 steps, 800 for the needle; a checkpoint every 10 / 20 steps
+      for Table 12's averages of the last 10, 20 and 30), attention dropout among them (Tables 9, 10).
 And at those checkpoints: the entropy of every head's attention by query position (the
 mechanism; transformers), the uniform average of the last 5 checkpoints of the stable phase and of the
 anneal (the paper's checkpoint averaging), and at the end of the LM runs with pre-linear
-dropout the variance-mismatch probe (probe_variance.variance_mismatch, Figure 3).
+dropout the variance-mismatch probe (measures.variance_mismatch, Figure 3).
 """
 
 import json
@@ -47,10 +56,8 @@ import torch
 from tqdm import tqdm
 
 import checkpoint
-from average_ckpts import average
 from configurator import configure
-from eval_loss import attention_entropy, band_means, loss_curve, moving_average
-from probe_variance import variance_mismatch
+from measures import attention_entropy, band_means, loss_curve, moving_average, variance_mismatch
 from tasks import Copy, Needle, correct_answers
 from tokens import TokenData, batch_rng
 
@@ -220,7 +227,7 @@ def evaluate(part, variant, seed):
               {name: [s for s in steps if s <= last][-AVERAGE_K:] for name, last in (('avg_stable', stable_end),
                                                                                      ('avg_anneal', steps[-1]))})
     for name, group in groups.items():
-        net.load_state_dict(average([checkpoint.step_path(src, s) for s in group]))
+        net.load_state_dict(checkpoint.average([checkpoint.step_path(src, s) for s in group]))
         result[name] = measure(entropy=False)
     if kind == 'lm' and cfg['dropout_type'] in ('pre_linear', 'vpad'):
         net.load_state_dict(ckpt['model'])

@@ -223,6 +223,42 @@ class TokenData:
         return torch.from_numpy(np.stack(rows)) if rows else None
 
 
+def training_data(data_dir, block_size, train_tokens=0, max_tokens=None):
+    """train.py's two splits of data_dir, each with a shard longer than block_size (SystemExit
+    with what to do otherwise)."""
+    try:
+        train, val = TokenData(data_dir, 'train', train_tokens, max_tokens), TokenData(data_dir, 'val')
+    except FileNotFoundError as e:
+        raise SystemExit(str(e))
+    for split, d in (('train', train), ('val', val)):
+        if d.sizes.max() <= block_size:
+            raise SystemExit(f"config error: block_size = {block_size}, but no {split} shard of {data_dir} holds "
+                             f"more than {d.sizes.max():,} tokens: windows of block_size + 1 do not fit; use a "
+                             f"shorter block_size")
+    return train, val
+
+
+def micro_batches(tokens_per_batch, block_size, world, batch_size):
+    """A step's tokens_per_batch // block_size sequences go in micro-batches of the largest size up
+    to batch_size that splits them evenly over the `world` processes -> (micro-batch size, micro-steps).
+    SystemExit if the sequences do not split over the processes."""
+    sequences = tokens_per_batch // block_size
+    if tokens_per_batch % block_size or sequences < 1:
+        raise SystemExit(f"config error: tokens_per_batch ({tokens_per_batch}) must be a positive multiple of "
+                         f"block_size ({block_size})")
+    if sequences % world:
+        counts = ', '.join(str(n) for n in range(1, sequences + 1) if sequences % n == 0)
+        raise SystemExit(f"config error: the {sequences} sequences of a step (tokens_per_batch / block_size) do not "
+                         f"split over {world} processes: use a process count that divides {sequences} ({counts}) or "
+                         f"another tokens_per_batch")
+    per_process = sequences // world
+    micro = max(b for b in range(1, min(batch_size, per_process) + 1) if per_process % b == 0)
+    return micro, per_process // micro
+
+
+TRAIN, VAL = 0, 1  # the streams of batch_rng: batch_rng(seed, TRAIN, step, micro-batch), batch_rng(seed, VAL, i)
+
+
 def batch_rng(seed, *keys):
     """A numpy Generator determined by (seed, *keys): the batch of step s is the same whether the
     run went straight through or was resumed, with no sampler state to save."""

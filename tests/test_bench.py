@@ -6,7 +6,7 @@ import sys
 import pytest
 import torch
 
-import bench
+import timing
 import hardware
 from conftest import ROOT
 from mamba import Mamba2, Mamba2Config
@@ -49,7 +49,7 @@ def test_peak_flops(monkeypatch, name, peak):
 def test_nanogpt_yardstick_has_the_size_of_model_py_configured_as_nanogpt():
     ours = Transformer(TransformerConfig(n_layer=2, n_head=2, n_embd=32, vocab_size=64, block_size=16,
                                          pos_encoding='learned', norm='layernorm', bias=True, mlp='gelu'))
-    plain = bench.NanoGPT(64, 16, 2, 2, 32)
+    plain = timing.NanoGPT(64, 16, 2, 2, 32)
     assert sum(p.numel() for p in plain.parameters()) == sum(p.numel() for p in ours.parameters())
     assert plain.flops_per_token(16) == ours.flops_per_token(16)  # counted alike
     idx = torch.randint(0, 64, (2, 16))
@@ -72,10 +72,10 @@ def test_bench_script(mode, rows):
 
 
 def test_timed_measures_each_function():
-    """bench.timed: the median time of each function over alternating rounds; a function that
+    """timing.timed: the median time of each function over alternating rounds; a function that
     takes three times as long is timed so (a timer that returned a constant would give 1)."""
     import time
-    secs = bench.timed({'fast': lambda n: time.sleep(0.01 * n), 'slow': lambda n: time.sleep(0.03 * n)},
+    secs = timing.timed({'fast': lambda n: time.sleep(0.01 * n), 'slow': lambda n: time.sleep(0.03 * n)},
                        steps=2, warmup=1, rounds=3)
     assert 2 < secs['slow'] / secs['fast'] < 4 and 0.02 <= secs['fast'] < 0.05
 

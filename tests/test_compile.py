@@ -28,7 +28,8 @@ def test_compiled_flex_stays_fused_over_many_eval_shapes(monkeypatch):
                        (64, 384), (96, 448), (64, 512), (128, 576)]:
             q, k, v = torch.randn(1, 2, Tq, 16), torch.randn(1, 2, Tk, 16), torch.randn(1, 2, Tk, 16)
             out = flex(q, k, v, Tk - Tq, slopes, 0)
-            torch.testing.assert_close(out, attention.attention(q, k, v, Tk - Tq, 0, slopes), atol=1e-5, rtol=1e-5)
+            ref = attention.attention(q, k, v, q_start=Tk - Tq, slopes=slopes)
+            torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
     frames = torch._dynamo.utils.counters['frames']
     assert frames['total'] == frames['ok'] and frames['ok'] <= 6, dict(frames)  # every call compiled, few graphs
     assert not [w for w in caught if 'without torch.compile' in str(w.message)]  # never the unfused fallback

@@ -1,6 +1,7 @@
 """The strict configurator: files, overrides, types, unknown keys."""
 
 import importlib.util
+from typing import Literal
 
 import pytest
 
@@ -8,7 +9,8 @@ from configurator import configure
 
 DEFAULTS = {'learning_rate': 6e-4, 'n_layer': 12, 'compile': None, 'name': 'x', 'eval_lengths': [1, 2],
             'window': 0, 'flag': True, 'PROJECTIONS': ('q_proj',),  # a module constant: not a key
-            '__annotations__': {'window': int | list, 'compile': bool | None}}
+            'schedule': 'wsd', '__annotations__': {'window': int | list, 'compile': bool | None,
+                                                   'schedule': Literal['wsd', 'cosine']}}
 
 
 def test_files_then_overrides(tmp_path):
@@ -17,7 +19,8 @@ def test_files_then_overrides(tmp_path):
     c = configure(dict(DEFAULTS), [str(f), '--n_layer=8', '--learning_rate=1', '--name=hello', '--eval_lengths=(3, 4)',
                                    '--compile=False'])
     assert c == {'learning_rate': 1, 'n_layer': 8, 'compile': False, 'name': 'hello', 'eval_lengths': [3, 4],
-                 'window': [4, 0], 'flag': True}
+                 'window': [4, 0], 'flag': True, 'schedule': 'wsd'}
+    assert configure(dict(DEFAULTS), ['--schedule=cosine'])['schedule'] == 'cosine'
 
 
 def test_given_names_the_keys_a_run_sets(tmp_path):
@@ -45,6 +48,8 @@ def test_a_file_can_import_another(tmp_path, monkeypatch):
     (['--window=4.0'], "window must be int or list"),
     (['--compile=1'], "compile must be bool or NoneType"),
     (['--flag'], "expected --key=value"),
+    (['--schedule=linear'], "schedule must be one of ['wsd', 'cosine'], got 'linear'"),
+    (['--schedule=1'], "schedule must be one of ['wsd', 'cosine'], got 1"),
     (['--PROJECTIONS=()'], "unknown config key 'PROJECTIONS'"),
     (['missing_config.py'], "cannot read config file missing_config.py"),
 ])

@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from dropout import VPAD, Dropout, keep_mask, dropout, pre_linear, pre_norm, vpad
-from probe_variance import pre_norm_drift, projections, variance_mismatch
+from dropout import VPAD, Dropout, keep_mask, dropout, pre_linear, pre_norm, variance_error, vpad
+from measures import pre_norm_drift, projections, variance_mismatch
 from mamba import Mamba2, Mamba2Config
 from model import Transformer, TransformerConfig
 
@@ -41,13 +41,16 @@ def test_vpad_keeps_per_token_mean_and_variance(p):
 @pytest.mark.parametrize('p', [0.1, 0.2, 0.3])
 def test_preactivation_variance_before_a_linear(p):
     """Inverted dropout before an isotropic linear inflates Var[Wx] by 1/(1-p); VPAD keeps it
-    (paper-notes §1.4: E||W VPAD(x)||^2 = (1-p)||Wx||^2 + p sum W^2 x^2 = ||Wx||^2 when r = 1)."""
+    (docs/vpad.md); variance_error() predicts both from r = sum_ij W_ij^2 x_j^2 / ||W x||^2."""
     torch.manual_seed(0)
     x = torch.randn(4096, 256)  # zero-mean tokens: the regime of the derivation
     W = torch.randn(256, 256) / 16
     var = lambda v: (v @ W.T).var().item()  # noqa: E731
     assert var(dropout(x, p)) / var(x) == pytest.approx(1 / (1 - p), rel=0.02)
     assert var(vpad(x, p)) / var(x) == pytest.approx(1.0, rel=0.02)
+    r = ((x * x) @ (W * W).T).sum().item() / (x @ W.T).pow(2).sum().item()
+    for kind, op in (('pre_linear', dropout), ('vpad', vpad)):
+        assert var(op(x, p)) / var(x) - 1 == pytest.approx(variance_error(kind, p, r), abs=0.02 * (1 + 2 * p)), kind
 
 
 def test_variants():

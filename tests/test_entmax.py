@@ -53,7 +53,7 @@ def test_attention_weights_are_sparse_and_masked(pe, window):
     q, k = torch.randn(1, 4, 12, 8), torch.randn(1, 2, 12, 8)
     v = torch.eye(12).expand(1, 2, 12, 12)
     slopes = alibi_slopes(4, pe) if pe != 'nope' else None
-    P = attention(q, k, v, 0, 0, slopes, window, alpha=1.5)  # (1, 4, 12, 12)
+    P = attention(q, k, v, slopes=slopes, window=window, alpha=1.5)  # (1, 4, 12, 12)
     dist = torch.arange(12)[:, None] - torch.arange(12)
     allowed = (dist >= 0) & ((dist < window) if window else True)
     torch.testing.assert_close(P.sum(-1), torch.ones(1, 4, 12))
@@ -69,8 +69,8 @@ def test_alpha_one_is_softmax_attention():
     torch.manual_seed(0)
     q, k, v = torch.randn(2, 4, 10, 8), torch.randn(2, 2, 10, 8), torch.randn(2, 2, 10, 8)
     slopes = alibi_slopes(4, 'nape')
-    torch.testing.assert_close(attention(q, k, v, 0, 0, slopes, 5, backend='manual', alpha=1.0),
-                               attention(q, k, v, 0, 0, slopes, 5, backend='sdpa'), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(attention(q, k, v, slopes=slopes, window=5, backend='manual', alpha=1.0),
+                               attention(q, k, v, slopes=slopes, window=5, backend='sdpa'), atol=1e-5, rtol=1e-5)
     plain = Transformer(TransformerConfig(vocab_size=40, n_layer=2, n_head=4, n_embd=32)).eval()
     manual = Transformer(TransformerConfig(vocab_size=40, n_layer=2, n_head=4, n_embd=32, attn_backend='manual')).eval()
     manual.load_state_dict(plain.state_dict())
@@ -137,7 +137,7 @@ def test_scores_in_float32_under_bf16_autocast():
     slopes = alibi_slopes(4, 'nape')
     ref = entmax_reference(q, k, v, slopes)
     with torch.autocast('cpu', dtype=torch.bfloat16):
-        out = attention(q, k, v, 0, 0, slopes, alpha=1.5)
+        out = attention(q, k, v, slopes=slopes, alpha=1.5)
     error = lambda y: ((y.double() - ref).norm() / ref.norm()).item()  # noqa: E731
     assert out.dtype == torch.bfloat16 and error(out) < 2 * error(ref.bfloat16()), (error(out), error(ref.bfloat16()))
 
@@ -149,10 +149,10 @@ def test_query_slices_count_the_batch(monkeypatch):
     torch.manual_seed(0)
     q, k, v = torch.randn(3, 4, 64, 8), torch.randn(3, 2, 64, 8), torch.randn(3, 2, 64, 8)
     slopes = alibi_slopes(4, 'nape')
-    whole = attention(q, k, v, 0, 0, slopes, alpha=1.5)
+    whole = attention(q, k, v, slopes=slopes, alpha=1.5)
     sizes, apply = [], Entmax.apply
     monkeypatch.setattr(attention_module, 'SCORE_ENTRIES', 3 * 4 * 16 * 64)  # 16 query rows of the whole batch
     monkeypatch.setattr(Entmax, 'apply', lambda z, alpha: (sizes.append(z.numel()), apply(z, alpha))[1])
-    torch.testing.assert_close(attention(q, k, v, 0, 0, slopes, alpha=1.5), whole, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(attention(q, k, v, slopes=slopes, alpha=1.5), whole, atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(whole.double(), entmax_reference(q, k, v, slopes), atol=1e-5, rtol=1e-5)
     assert sizes == [3 * 4 * 16 * 64] * 4

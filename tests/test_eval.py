@@ -19,7 +19,7 @@ import checkpoint
 import eval_niah
 import ruler
 from conftest import ROOT
-from eval_loss import attention_entropy
+from measures import attention_entropy
 from mamba import Mamba2, Mamba2Config
 from model import Transformer, TransformerConfig
 from tokens import TokenData, Tokenizer
@@ -225,24 +225,25 @@ def test_probe_variance_script(tiny_data, tmp_path):
 @pytest.mark.parametrize('pos, window, kv', [('nope', 0, None), (['rope', 'nope'], [8, 0], 2), ('nape', 0, None)])
 def test_attention_entropy_runs_the_models_own_attention(pos, window, kv):
     """While it records, the model computes what it computes without the probe (NoPE, a windowed
-    RoPE layer with GQA, NAPE's ALiBi heads), and nothing stays swapped afterwards."""
+    RoPE layer with GQA, NAPE's ALiBi heads), and no hook stays afterwards."""
     torch.manual_seed(0)
     net = Transformer(TransformerConfig(vocab_size=64, n_layer=2, n_head=4, n_kv_head=kv, n_embd=32,
                                         pos_encoding=pos, window=window)).eval()
-    windows = torch.randint(0, 64, (2, 301))  # past the probe's first slice of 256 queries
+    windows = torch.randint(0, 64, (2, 301))
     seen = []
     net.norm_f.register_forward_hook(lambda m, x, y: seen.append(y))
     entropy = attention_entropy(net, windows)
     assert entropy.shape == (2, 4, 300) and len(seen) == 2
     for w, h in zip(windows, seen):
         assert torch.allclose(h, net.hidden(w[None, :-1]), atol=1e-5)
-    import model
-    assert model.attention.__name__ == 'attention'
+    assert all(block.attn.record is None for block in net.layers)
 
 
-def test_attention_entropy_of_uniform_attention_is_log_of_the_visible_keys():
+def test_attention_entropy_of_uniform_attention_is_log_of_the_visible_keys(monkeypatch):
     """Zero queries attend uniformly: entropy log(t + 1) at query t with full attention, log(min(t + 1, W))
-    in a window of W keys; 600 positions, so that the probe's slices of 256 queries are all checked."""
+    in a window of W keys; 600 positions in slices of 100 queries, so that their order is checked."""
+    import attention
+    monkeypatch.setattr(attention, 'SCORE_ENTRIES', 100 * 2 * 600)  # rows of B x H x Tk scores
     net = Transformer(TransformerConfig(vocab_size=64, n_layer=2, n_head=2, n_embd=16, pos_encoding=['rope', 'nope'],
                                         window=[5, 0])).eval()
     for block in net.layers:

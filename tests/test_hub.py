@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-import checkpoint
+import weights
 from conftest import ROOT
 from test_smollm3 import cpt_setup
 
@@ -41,11 +41,11 @@ def test_a_repo_id_resolves_through_the_hub_cache(tmp_path, hub):
     cache = hub
     lay_out(cache, 'TinyOrg/smol-3', folder)
     snapshot = str(cache / 'models--TinyOrg--smol-3' / 'snapshots' / COMMIT)
-    assert checkpoint.local('TinyOrg/smol-3') == checkpoint.local(f'TinyOrg/smol-3@{COMMIT}') == snapshot
+    assert weights.local('TinyOrg/smol-3') == weights.local(f'TinyOrg/smol-3@{COMMIT}') == snapshot
     for name in ('TinyOrg/absent', 'TinyOrg/smol-3@v9'):  # not cached, and offline: what to do, in one line
         with pytest.raises(ValueError, match=r'download it once online \(huggingface-cli download TinyOrg/'):
-            checkpoint.local(name)
-    assert checkpoint.local(str(folder)) == str(folder) and checkpoint.local('out/ckpt_000008.pt') == 'out/ckpt_000008.pt'
+            weights.local(name)
+    assert weights.local(str(folder)) == str(folder) and weights.local('out/ckpt_000008.pt') == 'out/ckpt_000008.pt'
     # train.py's CPT from the hub name, the same run as from the folder
     args = [a if not a.startswith('--init_from') else '--init_from=TinyOrg/smol-3' for a in args]
     r = subprocess.run([sys.executable, 'train.py', *args, f'--out_dir={tmp_path / "cpt"}', '--max_tokens=512'],
@@ -62,4 +62,4 @@ def test_a_missing_local_path_says_both(hub, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # an empty working directory: out/quickstart exists after the quick start
     for name in ('out/quickstart', 'no-such/folder'):  # a typo'd folder reads as a repo id: the message covers both
         with pytest.raises(ValueError, match='no local file or folder'):
-            checkpoint.local(name)
+            weights.local(name)

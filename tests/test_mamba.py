@@ -10,8 +10,8 @@ import torch.nn.functional as F
 
 import mamba
 from conftest import ROOT
-from checkpoint import load_mamba2, to_transformers
 from mamba import Mamba2, Mamba2Config, ssd
+from weights import load_mamba2, to_transformers
 
 SMALL = dict(vocab_size=53, n_layer=2, n_embd=32, d_state=8, headdim=16, ngroups=2, chunk_size=16)
 

@@ -49,7 +49,8 @@ def test_sdpa_and_flex_equal_naive_attention(pe, window, n_kv, q_start, k_start)
     q, k, v = torch.randn(2, 4, Tq, 8), torch.randn(2, n_kv, Tk, 8), torch.randn(2, n_kv, Tk, 8)
     slopes = alibi_slopes(4, pe) if pe in ('alibi', 'nape') else None
     ref = naive_attention(q, k, v, q_start, k_start, slopes, window)
-    torch.testing.assert_close(attention(q, k, v, q_start, k_start, slopes, window), ref, atol=1e-5, rtol=1e-5)
+    out = attention(q, k, v, q_start=q_start, k_start=k_start, slopes=slopes, window=window)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(flex(q, k, v, q_start - k_start, slopes, window), ref, atol=1e-5, rtol=1e-5)
 
 
@@ -66,7 +67,7 @@ def test_attention_exact_at_long_query_offsets(pe, window):
         scores = q.double() @ k.double().repeat_interleave(2, 1).transpose(-2, -1) / 4 - slopes.double()[:, None, None] * dist
         allowed = (dist >= 0) & (dist < window) if window else dist >= 0
         ref = scores.masked_fill(~allowed, float('-inf')).softmax(-1) @ v.double().repeat_interleave(2, 1)
-        for out in (flex(q, k, v, offset, slopes, window), attention(q, k, v, offset, 0, slopes, window)):
+        for out in (flex(q, k, v, offset, slopes, window), attention(q, k, v, q_start=offset, slopes=slopes, window=window)):
             assert (out.double() - ref).abs().max() < 2e-6, (offset, (out.double() - ref).abs().max())
 
 
@@ -83,7 +84,7 @@ def test_alibi_bias_kept_exact_under_bf16_autocast():
     scores = q.double() @ k.double().repeat_interleave(2, 1).transpose(-2, -1) / 4 - slopes.double()[:, None, None] * dist
     ref = scores.masked_fill(dist < 0, float('-inf')).softmax(-1) @ v.double().repeat_interleave(2, 1)
     with torch.autocast('cpu', dtype=torch.bfloat16):
-        out = attention(q, k, v, 0, 0, slopes, 0, backend='sdpa')
+        out = attention(q, k, v, slopes=slopes, window=0, backend='sdpa')
     assert out.dtype == torch.bfloat16 and (out != ref.bfloat16()).double().mean() < 0.005
 
 
@@ -98,7 +99,7 @@ def test_sdpa_gets_whole_heads_whenever_it_gets_a_mask(monkeypatch):
     monkeypatch.setattr(F, 'scaled_dot_product_attention', recording)
     q, k, v = torch.randn(1, 4, 12, 8), torch.randn(1, 2, 12, 8), torch.randn(1, 2, 12, 8)
     for slopes, window in ((alibi_slopes(4, 'nape'), 0), (None, 5), (None, 0)):
-        attention(q, k, v, 0, 0, slopes, window)
+        attention(q, k, v, slopes=slopes, window=window)
     assert calls == [(True, True, False), (True, True, False), (False, False, True)]  # the last: flash, GQA in-kernel
 
 
@@ -110,7 +111,7 @@ def test_alibi_and_windows_reach_sdpas_fused_cpu_kernel():
     q, k, v = (torch.randn(2, 4, 64, 8, requires_grad=True) for _ in range(3))
     for slopes, window in ((alibi_slopes(4, 'nape'), 0), (None, 16), (alibi_slopes(4, 'nape'), 16)):
         with profile() as prof:
-            attention(q, k, v, 0, 0, slopes, window).sum().backward()
+            attention(q, k, v, slopes=slopes, window=window).sum().backward()
         ops = {e.key for e in prof.key_averages()}
         assert {'aten::_scaled_dot_product_flash_attention_for_cpu',
                 'aten::_scaled_dot_product_flash_attention_for_cpu_backward'} <= ops, (slopes, window)
@@ -125,7 +126,7 @@ def test_long_inputs_go_in_query_slices():
     dist = torch.arange(3000)[:, None] - torch.arange(3000)
     mask = (-slopes[:, None, None] * dist).masked_fill(dist < 0, float('-inf'))
     ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
-    torch.testing.assert_close(attention(q, k, v, 0, 0, slopes), ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(attention(q, k, v, slopes=slopes), ref, atol=1e-5, rtol=1e-5)
 
 
 def test_alibi_slopes():
@@ -295,7 +296,7 @@ def sdpa_calls_per_layer(monkeypatch, B, H, Hkv, T, hd, slopes, window, device):
                         lambda *a, **kw: (calls.append(1), sdpa(*a, **kw))[1])
     monkeypatch.setattr(attention_module, 'masked_sdpa', lambda q, *a: (calls.append(1), torch.empty_like(q))[1])
     q, k = torch.empty(B, H, T, hd, device=device), torch.empty(B, Hkv, T, hd, device=device)
-    attention(q, k, k, 0, 0, None if slopes is None else slopes.to(device), window, 0.1, 'auto')
+    attention(q, k, k, slopes=None if slopes is None else slopes.to(device), window=window, dropout_p=0.1, backend='auto')
     return len(calls)
 
 
@@ -332,6 +333,6 @@ def test_adasplash_runs_outside_the_compiled_graph(monkeypatch):
     monkeypatch.setattr(attention_module, 'attention_kernel', lambda *args: 'adasplash')  # a CUDA choice, forced
     q = torch.randn(1, 2, 8, 4)
     torch._dynamo.reset()
-    out = torch.compile(lambda q: attention(q, q, q, 0, 0, alpha=1.5) + 1, backend='eager')(q)
+    out = torch.compile(lambda q: attention(q, q, q, alpha=1.5) + 1, backend='eager')(q)
     torch._dynamo.reset()
     assert tracing == [False] and torch.equal(out, q * 2 + 1)

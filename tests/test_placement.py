@@ -109,7 +109,7 @@ def test_attention_dropout_acts_on_the_probabilities():
     torch.manual_seed(0)
     q, k, v = torch.randn(2, 4, 12, 8), torch.randn(2, 4, 12, 8), torch.randn(2, 4, 12, 8)
     torch.manual_seed(3)
-    got = attention(q, k, v, 0, 0, dropout_p=P, backend='manual')
+    got = attention(q, k, v, dropout_p=P, backend='manual')
     causal = torch.ones(12, 12, dtype=torch.bool).tril()
     probs = (q @ k.transpose(-2, -1) / math.sqrt(8)).masked_fill(~causal, float('-inf')).softmax(-1)
     torch.manual_seed(3)

@@ -3,6 +3,7 @@ to the length with byte and GPT-2 tokenizers and RULER's steps, the reference an
 (essays in RULER's order, its English words), and eval_ruler.py's harness with a test double."""
 
 import collections
+import hashlib
 import json
 import random
 import re
@@ -15,15 +16,24 @@ import ruler
 from tokens import Tokenizer
 
 BYTE, GPT2 = Tokenizer({'kind': 'byte'}), Tokenizer({'kind': 'gpt2'})
-SQUAD = {'data': [{'title': f'article {a}', 'paragraphs': [
-    {'context': f"Paragraph {a}.{p}: the river {a}{p} flows north past the town of Town{a}{p}.",
-     'qas': [{'question': f"Where does river {a}{p} flow?", 'answers': [{'text': 'north'}, {'text': 'to the north'}],
-              'is_impossible': False},
-             {'question': f"Who drank river {a}{p}?", 'answers': [], 'is_impossible': True}]}
-    for p in range(3)]} for a in range(4)]}
-HOTPOT = [{'question': f"Which city hosts team {i}?", 'answer': f"City{i}",
-           'context': [[f"Team {i}", ["Team ", f"{i} plays in City{i}."]], [f"Other {i}", ["Nothing ", "here."]]]}
-          for i in range(6)]
+
+
+def squad(articles):
+    return {'data': [{'title': f'article {a}', 'paragraphs': [
+        {'context': f"Paragraph {a}.{p}: the river {a}{p} flows north past the town of Town{a}{p}.",
+         'qas': [{'question': f"Where does river {a}{p} flow?", 'answers': [{'text': 'north'}, {'text': 'to the north'}],
+                  'is_impossible': False},
+                 {'question': f"Who drank river {a}{p}?", 'answers': [], 'is_impossible': True}]}
+        for p in range(3)]} for a in range(articles)]}
+
+
+def hotpot(questions):
+    return [{'question': f"Which city hosts team {i}?", 'answer': f"City{i}",
+             'context': [[f"Team {i}", ["Team ", f"{i} plays in City{i}."]], [f"Other {i}", ["Nothing ", "here."]]]}
+            for i in range(questions)]
+
+
+SQUAD, HOTPOT = squad(4), hotpot(6)
 
 
 @pytest.fixture(scope='module')
@@ -37,7 +47,7 @@ def data(tmp_path_factory):
 def strings(task):
     """The fixed strings of a task's prompt (the template and answer prefix around their fields)."""
     kind, args = ruler.TASKS[task]
-    template = ''.join(ruler.TEMPLATES[kind])
+    template = ruler.KINDS[kind].template + ruler.KINDS[kind].answer_prefix
     if kind == 'niah':
         single = args.get('num_needle_v', 1) * args.get('num_needle_q', 1) == 1
         if single:
@@ -235,8 +245,9 @@ def test_an_overflowing_sample_shrinks_by_rulers_step(task, tok, length, unit, d
         (tmp_path / 'squad.json').write_text(json.dumps(squad))
         data = ruler.Data(squad=str(tmp_path / 'squad.json'), say=lambda *a: None)
     kind = ruler.TASKS[task][0]
-    asked, make = [], ruler.GENERATORS[kind]
-    monkeypatch.setitem(ruler.GENERATORS, kind, lambda n, *a, **kw: (asked.append(n), make(n, *a, **kw))[1])
+    asked, make = [], ruler.KINDS[kind].generator
+    record = ruler.KINDS[kind]._replace(generator=lambda n, *a, **kw: (asked.append(n), make(n, *a, **kw))[1])
+    monkeypatch.setitem(ruler.KINDS, kind, record)
     sizes = {}
     ruler.prompt(task, tok, length, 'fit', 42, data, sizes)
     sizes[(task, length)] += 2 * unit
@@ -305,3 +316,71 @@ def test_the_prompt_gets_the_tokenizers_bos_as_in_rulers_wrapper(tmp_path):
             return torch.cat([idx, torch.tensor([[3, 1]])], dim=1)
     model = Echo()
     assert ruler.predict(model, tok, 'a b', 4, 'cpu') == 'b' and model.idx.tolist() == [[0, 2, 3]]
+
+
+# -----------------------------------------------------------------------------
+# the prompts themselves, fixed: every task's prompts and answers (sha256 of their JSON, per task)
+# as ruler.py made them before its generator kinds became records (issue 29), so that a change of
+# a template, a setting, a step or a sizing shows here. A deliberate change updates the hashes.
+
+PROMPTS_SHA256 = {
+    'niah_single_1': 'd5506a51b4c8db1d73d39c453af6533f33a11df5d0b56e3665b9cea3caaef96a',
+    'niah_single_2': '67a934f623a4fb3e71f7902f117f2c16ff80393e7afc6536f694b330e9024216',
+    'niah_single_3': '2a6e2508a853ab80be9e88b7b3a4364d8097830199e11df91b370a7b2d2a934c',
+    'niah_multikey_1': 'dc1546bbaddebf05487f5d12251c956db11771287a866b3cdd0fac5226d0062c',
+    'niah_multikey_2': '03c3a5112ac58e58f2ca29b8fb825488e69c598ef0f748d8303317ad9d41e109',
+    'niah_multikey_3': '084714bedf928e1b990786243b5dc788820e7789afda9f16b94c373705195070',
+    'niah_multivalue': 'f680ec045ba28e1241574b5c9e21e6289f048145c7d0f3c7954e8cf7d238323b',
+    'niah_multiquery': '35957e932ca32ed525fd4452aa9ca154fc8e971e15b7adae88d6f9007b4deca1',
+    'vt': '55068724f6558e8653b66c86daecf39e2676cdab6801631e35a48b758ec46b94',
+    'cwe': 'aca43cf9ea973d6cee1bad25cbacbe027068d24da9c91bc5d5d326cb26116340',
+    'fwe': '980c838a3cf438183e879f5b224a93163386dfa972a1a2bccdaa21fb2489124a',
+    'qa_1': '3e9aaa8b53f4cbf0945c1e906351f3f589ee2d4c43383eaed15cb36c4c51e1a4',
+    'qa_2': '82ca724f528cbc2883a65e526dc11967311d34f1e27cf5c6bc5ca4b4e90162ea',
+    'niah_single_1/depth': 'e6d7a98480c4d84e9c32e1f74a7a9c186671f44fb146fc66769a3b13a2d1e7f1',
+    'niah_single_2/depth': '323066794a4bcae2404011590fa93c236730357f7dfed0346a5f37592f47b33e',
+    'cwe/limit': '6d63ee5a792e16f9de7c3dab96f7f8fe7b976fc9f1759fa175a8675139da06ec',
+}
+
+
+class Words:
+    """A word-level tokenizer (words and punctuation marks): no tokenizer file, and cwe fits 1K."""
+
+    def encode(self, text):
+        return re.findall(r"\w+|[^\w\s]", text)
+
+
+def test_prompts_are_unchanged(tmp_path):
+    """Per task, at 1K and 2K words and seeds 1, 2, 42, three samples as eval_ruler.evaluate makes
+    them (one sizes cache; the third with the fitted size half again too large, so that it is
+    redrawn smaller by the task's step); niah_single_1/2 at three depths; and cwe with too few words
+    for 2K, and its notice. The data is made here: an essay, word lists, and QA sets that hold more
+    documents than 1K (qa_1) or fewer (qa_2)."""
+    essay = ' '.join(f"Essay sentence {i} says that the {w} is {c}. " + ("\n\n" if i % 7 == 6 else "")
+                     for i, (w, c) in enumerate(zip(['river', 'hill', 'town', 'field', 'tree'] * 40,
+                                                    ['green', 'blue', 'old', 'wide', 'tall', 'quiet'] * 40)))
+    for name, obj in (('squad', squad(30)), ('hotpot', hotpot(40)), ('essays', {'text': essay})):
+        (tmp_path / f'{name}.json').write_text(json.dumps(obj))
+    data = ruler.Data(essay=str(tmp_path / 'essays.json'), squad=str(tmp_path / 'squad.json'),
+                      hotpotqa=str(tmp_path / 'hotpot.json'), english_words=str(tmp_path / 'none.json'), say=lambda *a: None)
+    data._cache['words'] = {k: [f"{k[:3]}{i}" for i in range(300)] for k in ('adjective', 'noun', 'verb')}
+
+    def samples(task, length, seed, depths=()):
+        sizes = {}
+        if depths:
+            return [ruler.prompt(task, Words(), length, f'{task}/{length}/d{d}', seed, data, sizes, depth=d) for d in depths]
+        out = [ruler.prompt(task, Words(), length, f'{task}/{length}/{i}', seed, data, sizes, index=i) for i in range(2)]
+        for key in sizes:  # the fitted size, (task, length) (vt's example is the other entry)
+            if isinstance(key, tuple):
+                sizes[key] = sizes[key] * 3 // 2
+        return out + [ruler.prompt(task, Words(), length, f'{task}/{length}/2', seed, data, sizes, index=2)]
+
+    made = {task: [samples(task, L, s) for L in (1024, 2048) for s in (1, 2, 42)] for task in ruler.TASKS}
+    made.update({f'{t}/depth': [samples(t, 1024, 42, depths=(0, 37, 100))] for t in ('niah_single_1', 'niah_single_2')})
+    said = []  # no English word list, and 120 words: all of them, and a notice
+    few = ruler.Data(essay=str(tmp_path / 'essays.json'), english_words=str(tmp_path / 'none.json'), say=said.append)
+    few._cache['words'] = {k: [f"{k[:3]}{i}" for i in range(40)] for k in ('adjective', 'noun', 'verb')}
+    sizes = {}
+    made['cwe/limit'] = [[[ruler.prompt('cwe', Words(), 2048, f'cwe/{i}', 42, few, sizes) for i in range(2)], said]]
+    digest = lambda runs: hashlib.sha256('\n'.join(map(json.dumps, runs)).encode()).hexdigest()  # noqa: E731
+    assert {t: digest(runs) for t, runs in made.items()} == PROMPTS_SHA256

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 import checkpoint
-from checkpoint import save_smollm3, smollm3_args
 from model import Transformer, TransformerConfig
+from weights import save_smollm3, smollm3_args
 
 transformers = pytest.importorskip('transformers')
 TINY = dict(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,

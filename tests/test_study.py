@@ -10,6 +10,7 @@ from statistics import mean
 
 import numpy as np
 import pytest
+import torch
 
 from conftest import ROOT, byte_dataset
 
@@ -152,3 +153,34 @@ def test_study_mamba_parts(tmp_path, long_data):
     for fig in ('fig1_lm_mamba.png', 'frontier.png', 'probe.png', 'tasks.png'):
         assert os.path.getsize(os.path.join(out, fig)) > 10_000
     assert not os.path.exists(os.path.join(out, 'entropy.png'))
+
+
+def test_study_continued_pretraining(tmp_path, long_data):
+    """cpt_sw in two phases: phase 1 ('orig', full attention, WD) once per seed; 'sw' its own
+    checkpoints measured with the windows; each CPT variant continues phase 1's final weights with
+    the windows on, a constant learning rate, and averages of its last 10 / 20 / 30 checkpoints."""
+    out = str(tmp_path / 'study')
+    r = run_study(out, f'--data_dir={long_data}', "--parts=['cpt_sw']", "--variants=['sw', 'pl_d']")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert '6 runs' in r.stdout  # phase 1 is kept when --variants leaves it out
+    run = lambda v, s=1: os.path.join(out, 'cpt_sw', v, f's{s}')  # noqa: E731
+    orig, sw, pl_d = (json.load(open(os.path.join(run(v), 'eval.json'))) for v in ('orig', 'sw', 'pl_d'))
+    log = open(os.path.join(run('pl_d'), 'train.log')).read()
+    assert f"continued pre-training from {os.path.join(run('orig'), 'ckpt_000020.pt')} (step 20)" in log
+    cfg = torch.load(os.path.join(run('pl_d'), 'ckpt_000020.pt'), weights_only=True)['config']
+    assert cfg['window'] == [32, 32, 32, 0] and cfg['pos_encoding'] == ['rope', 'rope', 'rope', 'nope']
+    assert cfg['schedule'] == 'constant' and cfg['learning_rate'] == 2e-4 and cfg['dropout_type'] == 'pre_linear'
+    first = torch.load(os.path.join(run('orig'), 'ckpt_000020.pt'), weights_only=True)['config']
+    assert first['window'] == 0 and first['weight_decay'] == 0.1 and first['dropout_type'] == 'none'
+    # 'sw' is phase 1's checkpoints with the windows: the same up to the window (curve points every 16
+    # positions, a moving average of 32), different after it
+    assert sw['steps'].keys() == orig['steps'].keys() and 'ckpt_000002.pt' not in os.listdir(run('sw'))
+    a, b = orig['steps']['20']['curve'], sw['steps']['20']['curve']
+    assert a[:2] == pytest.approx(b[:2], abs=1e-6) and all(abs(x - y) > 1e-6 for x, y in zip(a[4:], b[4:]))
+    assert {'avg_10', 'avg_20', 'avg_30'} <= set(pl_d) and 'avg_anneal' not in pl_d and 'avg_anneal' in orig
+    summary = open(os.path.join(out, 'summary.md')).read()
+    x = json.load(open(os.path.join(out, 'results.json')))['parts']['cpt_sw']['sw']['steps']['20']['bands']['8-16x']
+    assert "| windows alone: SW without CPT better than Orig. | cpt_sw, CE 8-16x | Table 1: Orig. 0.0, SW 0.0 |" in summary
+    assert f"SW, no CPT {x['mean']:.3f} ± {x['std']:.3f}" in summary and 'the last 20 of CPT | cpt_sw' in summary
+    assert 'phase 1 (SW: its checkpoints with the windows)' in summary
+    assert os.path.getsize(os.path.join(out, 'fig1_cpt_sw.png')) > 10_000

@@ -104,3 +104,27 @@ def test_needle_scoring():
     wrong = correct_answers(task, Retriever(right=False), [40], 50, seed=1, device='cpu')
     # eos right, the haystack's symbols never a value (unless the needle is within 3 of bos)
     assert wrong[0, 0] <= 3 and 12.5 <= wrong[0, 1] < 15
+
+
+def test_multikey_needle_names_its_needles_and_asks_for_one():
+    task = Needle(vocab_size=16, min_len=30, max_len=40, value_len=3, keys=3)
+    x, y = task.batch(64, task.block_size, np.random.default_rng(0))
+    asked = set()
+    for xi, yi in zip(x.tolist(), y.tolist()):
+        L = xi.index(EOS) + 1
+        marks = [i for i, t in enumerate(xi[:L]) if t == SEP]
+        assert len(marks) == 4 and marks[-1] == L - 6  # three needles, then the query: key, name, 3 values, eos
+        needles = {xi[i + 1]: xi[i + 2:i + 5] for i in marks[:3]}
+        assert len(needles) == 3 and all(FIRST_SYMBOL <= s < 10 for s in needles)  # distinct names: haystack symbols
+        assert all(10 <= t < 16 for v in needles.values() for t in v)  # values: the other half
+        name = xi[marks[-1] + 1]
+        asked.add(list(needles).index(name))
+        assert yi[L - 5:L - 1] == needles[name] + [EOS] and set(yi[:L - 5] + yi[L - 1:]) == {-1}
+        assert xi[L - 4:L - 1] == needles[name]
+    assert asked == {0, 1, 2}  # any of the needles is asked for
+    prompts, answers = task.test_set(80, 5, seed=1)
+    assert prompts.shape == (5, 76) and answers.shape == (5, 4) and (prompts[:, -2] == SEP).all()
+    with pytest.raises(ValueError, match='3 keys needs'):
+        Needle(vocab_size=8, min_len=30, max_len=40, value_len=3, keys=3)
+    with pytest.raises(ValueError, match='min_len'):  # 3 needles of 5 and the query's 6 do not fit in 20 with bos
+        Needle(vocab_size=16, min_len=21, max_len=40, value_len=3, keys=3)

@@ -133,7 +133,7 @@ def test_scratch_and_cpt_refuse_to_overwrite_a_run(straight, tiny_data, tmp_path
     (['--init_from=README.md'], "is not a checkpoint written by torch.save"),
     (["--tokens_per_batch=100"], "tokens_per_batch (100) must be a positive multiple of"),
     (["--tokens_per_batch=0"], "tokens_per_batch (0) must be a positive multiple of"),
-    (['--schedule=linear'], "schedule must be 'wsd', 'constant' or 'cosine'"),
+    (['--schedule=linear'], "schedule must be one of ['wsd', 'constant', 'cosine']"),
     (['--init_from=nowhere/ckpt_000001.pt'], "init_from must be 'scratch', 'resume', a checkpoint file, a weights folder or a Hugging Face repo id"),
     (['--model_type=rnn'], "model_type must be one of ['transformer', 'mamba2']"),
     (['--block_size=60000', '--tokens_per_batch=60000', '--max_tokens=60000'],

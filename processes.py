@@ -1,9 +1,15 @@
 """
-FSDP2 for train.py (parallel='fsdp', under torchrun): the model sharded block by block over the
-processes; for a checkpoint its whole state is gathered, and so is the optimizer's. Each process
-holds 1/world of the weights, gradients and AdamW state; SmolLM3-3B's CPT needs it
-(docs/smollm3-cpt.md).
+train.py's processes under torchrun: the process group (NCCL on GPUs, gloo on CPUs), and FSDP2
+(parallel='fsdp'): the model sharded block by block over the processes; for a checkpoint its
+whole state is gathered, and so is the optimizer's. Each process holds 1/world of the weights,
+gradients and AdamW state; SmolLM3-3B's CPT needs it (docs/smollm3-cpt.md). DDP needs nothing
+here: train.py wraps the model itself.
 """
+
+import ctypes
+import os
+import signal
+import sys
 
 import torch
 import torch.distributed as dist
@@ -11,6 +17,19 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
                                                      set_optimizer_state_dict)
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+
+def start(device):
+    """-> (rank, world, device): this process's place under torchrun (its own GPU), or (0, 1, device)."""
+    if 'RANK' not in os.environ:
+        return 0, 1, device
+    if sys.platform == 'linux':  # torchrun starts each worker in a session of its own: end with torchrun
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG (torchrun killed -9 included)
+    dist.init_process_group(backend='nccl' if device.startswith('cuda') else 'gloo')
+    if device.startswith('cuda'):
+        device = f"cuda:{os.environ['LOCAL_RANK']}"
+        torch.cuda.set_device(device)
+    return dist.get_rank(), dist.get_world_size(), device
 
 
 def wrap(model, device_type, bf16):

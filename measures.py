@@ -1,0 +1,204 @@
+"""
+The measures of a trained model, shared by the scripts that report them (eval_loss.py,
+probe_variance.py, train.py's evaluation, study.py): per-position cross-entropy and its length
+bands, the entropy of attention by query position, and the pre-activation variance mismatch of
+the paper's Figure 3 with its pre-norm view. Functions of a model and a batch; no files, no plots.
+"""
+
+import re
+from contextlib import nullcontext
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from dropout import Dropout, variance_error
+from tasks import correct_answers
+
+# -----------------------------------------------------------------------------
+# Per-position cross-entropy (Figures 1, 4 and 6)
+
+def loss_curve(model, windows, chunk_size, device, autocast=nullcontext()):
+    """Summed cross-entropy per position over windows (n, T+1) -> (T,), and the number of windows."""
+    curve = torch.zeros(windows.size(1) - 1, device=device)
+    for w in windows:
+        w = w[None].to(device)
+        with autocast:
+            curve += model.position_losses(w[:, :-1], w[:, 1:], chunk_size=chunk_size)[0].float()
+    return curve, len(windows)
+
+
+def position_loss(model, data, lengths, n_windows, chunk_size, device, autocast=nullcontext(), rank=0, world=1,
+                  reduce=lambda t: t):
+    """train.py's measure beyond the training length: the mean per-position loss in doubling bands
+    of lengths, (L1/2, L1], (L1, L2], ..., over n_windows validation windows that start at document
+    starts, this process taking windows rank::world and reduce() summing over the processes.
+    -> {'position_loss': {band: mean}, 'windows': n}, or {} if no document is long enough."""
+    windows = data.long_windows(max(lengths), n_windows)
+    if windows is None:
+        return {}
+    total, n = loss_curve(model, windows[rank::world], chunk_size, device, autocast)
+    total = reduce(torch.cat([total, torch.tensor([float(n)], device=device)]))  # per position, then the count
+    edges = [min(lengths) // 2] + sorted(lengths)
+    return {'position_loss': band_means(total[:-1] / total[-1], edges), 'windows': len(windows)}
+
+
+def task_accuracy(task, model, lengths, n, seed, device, autocast=nullcontext(), rank=0, world=1, reduce=lambda t: t):
+    """The exact-match accuracy of greedy answers (copies, needle values) by length, and the
+    fraction of answer tokens that are right (tasks.correct_answers), shared among processes."""
+    with autocast:
+        correct = correct_answers(task, model, lengths, n, seed, device, rank=rank, world=world)
+    correct = (reduce(correct) / n).tolist()
+    return {'accuracy': {str(L): c[0] for L, c in zip(lengths, correct)},
+            'token_accuracy': {str(L): c[1] for L, c in zip(lengths, correct)}}
+
+
+def report(result, what):
+    """The final table of a train.py run: per-position loss by band (and against the first), or
+    accuracy by length (exact and per token). what: the line above it."""
+    if 'position_loss' in result:
+        bands = result['position_loss']
+        base = next(iter(bands.values()))
+        return '\n'.join([what, f"{'positions':>12}" + ''.join(f"{k:>12}" for k in bands),
+                          f"{'loss':>12}" + ''.join(f"{v:>12.4f}" for v in bands.values()),
+                          f"{'vs first':>12}" + ''.join(f"{v - base:>+12.4f}" for v in bands.values())])
+    return '\n'.join([what, f"{'length':>10}" + ''.join(f"{k:>8}" for k in result['accuracy']),
+                      f"{'exact':>10}" + ''.join(f"{v:>8.2f}" for v in result['accuracy'].values()),
+                      f"{'tokens':>10}" + ''.join(f"{v:>8.2f}" for v in result['token_accuracy'].values())])
+
+
+def band_means(curve, edges):
+    """Mean of curve over positions [edges[i], edges[i+1]) -> {'lo-hi': mean}."""
+    return {f'{lo}-{hi}': curve[lo:hi].mean().item() for lo, hi in zip(edges, edges[1:])}
+
+
+def length_bands(curve, train_length):
+    """Mean loss inside the training length L, then over 1-2x, 2-4x, ... of it: {'<=1x': ..., '1-2x': ...}."""
+    edges = [0, train_length]
+    while edges[-1] < len(curve):
+        edges.append(min(2 * edges[-1], len(curve)))
+    means = band_means(curve, edges)
+    return {('<=1x' if lo == 0 else f"{lo / train_length:g}-{hi / train_length:g}x"): m
+            for (lo, hi), m in zip(zip(edges, edges[1:]), means.values())}
+
+
+def moving_average(curve, window):
+    """Trailing moving average: position t averages positions max(0, t-window+1) .. t."""
+    c = torch.cat([curve.new_zeros(1), curve.double().cumsum(0)])
+    t = torch.arange(1, len(curve) + 1)
+    return ((c[t] - c[(t - window).clamp(min=0)]) / (t - (t - window).clamp(min=0))).float()
+
+
+@torch.no_grad()
+def attention_entropy(net, windows):
+    """Entropy (nats) of every head's attention distribution at every query position, averaged
+    over windows (n, T+1) -> (n_layer, n_head, T). Through each Attention block's `record` hook:
+    the probabilities written out in eval mode, -sum_j p_ij log p_ij of each query i. Uniform
+    attention over t+1 visible keys gives log(t+1)."""
+    if net.config.attn_alpha != 1.0:
+        raise ValueError("attention_entropy is written for softmax attention (attn_alpha = 1)")
+    blocks = [block.attn for block in net.layers]
+    rows = [[] for _ in blocks]  # per layer: (H, rows) per slice of queries, window after window
+    for attn, out in zip(blocks, rows):
+        attn.record = lambda p, out=out: out.append(-torch.special.xlogy(p, p).sum(-1).sum(0))  # (H, rows)
+    try:
+        for w in windows:
+            net.hidden(w[None, :-1])
+    finally:
+        for attn in blocks:
+            attn.record = None
+    n = len(rows[0]) // len(windows)  # slices of queries per window
+    per_layer = [sum(torch.cat(out[i:i + n], 1) for i in range(0, len(out), n)) for out in rows]  # (H, T) each
+    return torch.stack(per_layer) / len(windows)  # (L, H, T)
+
+
+# -----------------------------------------------------------------------------
+# The variance-mismatch probe (Fig. 3). Both probes hook a model built from these operators
+# (model.py's Transformer, mamba.py's Mamba2) and run it on one batch, in eval mode throughout.
+
+def _layer(name):
+    """'layers.3.attn.q' -> (3, 'attn.q')."""
+    parts = name.split('.')
+    i = parts.index('layers')
+    return int(parts[i + 1]), '.'.join(parts[i + 2:])
+
+
+PROJECTIONS = ('q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj', 'in_proj', 'out_proj')
+
+
+def projections(model):
+    """(name, nn.Linear) of every projection whose input passes a pre-linear site (model.py's
+    Attention and MLP, mamba.py's Mixer; ASEntmax's scale_proj has none)."""
+    return [(n, m) for n, m in model.named_modules() if n.rsplit('.', 1)[-1] in PROJECTIONS and isinstance(m, nn.Linear)]
+
+
+@torch.no_grad()
+def variance_mismatch(model, idx, op=None):
+    """For every projection W with a pre-linear site (PROJECTIONS) of `model` on the batch idx (B, T): the
+    pre-activation y = W x in eval mode, and y' = W op(x) on the same input x with the site's
+    train-mode operator (its own, or `op`, e.g. VPAD(0.1)). One row per projection: the signed
+    relative error (Var[y'] - Var[y]) / Var[y], Var over all elements as in Fig. 3, and
+    r = sum_ij W_ij^2 x_j^2 / ||W x||^2 (summed over tokens) with what r predicts in expectation
+    over the mask (dropout.py's docstring): PL-D p/(1-p) * r, VPAD p * (r - 1)."""
+    rows, hooks = [], []
+
+    def record(name, module, x, own_site):
+        site = op or own_site
+        if isinstance(site, nn.Identity):
+            raise ValueError(f"{name} has no pre-linear dropout (the model was trained without): give an operator")
+        was = site.training
+        site.train()
+        x = x[0]  # (B, T, d_in)
+        y, y_train = F.linear(x, module.weight, module.bias), F.linear(site(x), module.weight, module.bias)
+        site.train(was)
+        var, var_train = y.float().var().item(), y_train.float().var().item()
+        x, w = x.float(), module.weight.float()
+        r = (F.linear(x * x, w * w).sum() / F.linear(x, w).pow(2).sum()).item()  # sum_ij W_ij^2 x_j^2 / ||W x||^2
+        layer, matrix = _layer(name)
+        rows.append({'name': name, 'layer': layer, 'matrix': matrix, 'var_eval': var, 'var_train': var_train,
+                     'rel_err': (var_train - var) / var, 'r': r,
+                     'predicted_pre_linear': variance_error('pre_linear', site.p, r),
+                     'predicted_vpad': variance_error('vpad', site.p, r)})
+
+    for name, module in projections(model):
+        site = model.get_submodule(name.rsplit('.', 1)[0]).pre_linear  # the sublayer's own site
+        hooks.append(module.register_forward_pre_hook(lambda m, x, name=name, site=site: record(name, m, x, site)))
+    was = model.training
+    try:
+        model.eval()
+        model.hidden(idx)
+    finally:
+        model.train(was)
+        for h in hooks:
+            h.remove()
+    return rows
+
+
+@torch.no_grad()
+def pre_norm_drift(model, idx, p):
+    """The pre-norm view: every block's normalised input (the output of the norms that read the
+    residual stream) in eval mode and with pre-norm dropout of rate p active at every PN-D site,
+    nothing else. One row per norm: the mean over tokens of the cosine between the two. Dropout
+    upstream reaches every later norm (Eq. 6), so the drift accumulates with depth."""
+    out, hooks = {}, []
+    norms = [(n, m) for n, m in model.named_modules() if re.fullmatch(r'layers\.\d+\.norm\d?', n)]  # not Mamba2's gated norm
+    for name, module in norms:
+        hooks.append(module.register_forward_hook(lambda m, x, y, name=name: out.setdefault(name, []).append(y.float())))
+    sites = [(block, block.pre_norm) for block in model.layers]
+    was = model.training
+    try:
+        model.eval()
+        model.hidden(idx)
+        for block, _ in sites:
+            block.pre_norm = Dropout(p)  # in training mode: only these are active
+        model.hidden(idx)
+    finally:
+        for block, site in sites:
+            block.pre_norm = site
+        model.train(was)
+        for h in hooks:
+            h.remove()
+    return [{'name': name, 'layer': _layer(name)[0], 'norm': _layer(name)[1],
+             'cosine': F.cosine_similarity(*out[name], dim=-1).mean().item()} for name, _ in norms]
+
+

@@ -1,0 +1,77 @@
+"""
+A training run's record: out_dir/log.jsonl, one JSON line per event (start, train, eval,
+diverged), each whole or not at all, and with wandb_log the same numbers in Weights & Biases.
+Every record names its session (0 for the first start, 1 after the first resume, ...), so the
+steps that a resumed run repeats can be told from the ones before the interruption.
+"""
+
+import json
+import os
+import uuid
+
+# the keys that do not change what a run trains (a resume that changes only these replays it)
+NOT_TRAINING = ('init_from', 'halt_at', 'skip_steps', 'log_interval', 'eval_interval', 'ckpt_interval', 'keep_last',
+                'eval_iters', 'eval_lengths', 'eval_windows', 'task_eval_samples', 'wandb_log', 'wandb_project',
+                'wandb_run_name')
+
+
+class RunLog:
+    def __init__(self, out_dir, master=True, wandb_log=False):
+        self.out_dir, self.path, self.master, self.wandb = out_dir, os.path.join(out_dir, 'log.jsonl'), master, None
+        self.wandb_log, self.session = wandb_log, 0
+
+    def records(self):
+        return [json.loads(line) for line in open(self.path)] if os.path.exists(self.path) else []
+
+    def check_replay(self, start_iter, config, skipping):
+        """SystemExit if this resume would replay the divergence that ended the run's last session:
+        it starts before that iteration with the same training config and skips no batches."""
+        records = self.records()
+        if not records or records[-1]['event'] != 'diverged' or skipping or records[-1]['iter'] <= start_iter:
+            return
+        if all(records[-1].get('config', {}).get(k) == v for k, v in config.items() if k not in NOT_TRAINING):
+            replayed = records[-1]['iter']
+            raise SystemExit(f"this resume from iteration {start_iter} would replay the divergence at iteration "
+                             f"{replayed} (the same config, the same batches): skip the batches that led to it with "
+                             f"--skip_steps={replayed - start_iter + 1}, or change the training (e.g. a lower "
+                             f"learning_rate); --skip_steps=0 replays it all the same")
+
+    def start(self, it, config, project, name):
+        """This session's number, its wandb run (a resumed run continues the wandb run whose id is
+        kept in out_dir), and its start record."""
+        if not self.master:
+            return
+        if os.path.exists(self.path):  # counted by text: a line cut short by a kill still counts
+            self.session = sum(1 for line in open(self.path) if '"event": "start"' in line)
+        if self.wandb_log:
+            import wandb
+            id_file = os.path.join(self.out_dir, 'wandb_id')
+            run_id = open(id_file).read().strip() if os.path.exists(id_file) else uuid.uuid4().hex[:8]
+            wandb.init(project=project, name=name or os.path.basename(os.path.abspath(self.out_dir)), config=config,
+                       dir=self.out_dir, id=run_id, resume='allow')
+            with open(id_file, 'w') as f:
+                f.write(run_id)
+            self.wandb = wandb
+        self({'event': 'start', 'iter': it, 'config': config})
+
+    def __call__(self, record):
+        """Append one line, whole or not at all (a full disk: a warning, the run goes on); with
+        wandb, its numbers too (position_loss/128-256, accuracy/64, ...)."""
+        if not self.master:
+            return
+        if self.wandb and record['event'] in ('train', 'eval'):
+            flat = {f"{k}/{band}" if isinstance(v, dict) else k: x
+                    for k, v in record.items() if k not in ('event', 'iter')
+                    for band, x in (v.items() if isinstance(v, dict) else [(None, v)]) if isinstance(x, (int, float))}
+            self.wandb.log(flat, step=record['iter'])
+        line = (json.dumps({**record, 'session': self.session}) + '\n').encode()
+        size = os.path.getsize(self.path) if os.path.exists(self.path) else 0
+        try:
+            with open(self.path, 'ab') as f:
+                f.write(line)
+                f.flush()
+        except OSError as e:
+            with open(self.path, 'ab') as f:
+                f.truncate(size)
+            print(f"warning: could not write to {self.path} ({e}); the record of iteration {record.get('iter')} is "
+                  f"lost", flush=True)
