@@ -443,7 +443,7 @@ for p in (p for p in parts if PARTS[p][0] == 'lm' and 'no_wd' in P[p]):
               "in-distribution CE (CE 64-128)", '',
               '| variant | CE 64-128 | CE 4-8x | no-WD at that fit | CE 8-16x | no-WD at that fit | verdict (8-16x) |',
               '|---|---|---|---|---|---|---|']
-    for v in (v for v in P[p] if v != 'no_wd'):
+    for v in (v for v in P[p] if f'no_wd|{v}' in M[p]):  # not the rows of a CPT part's phase 1
         r, m = final(P[p][v])['bands'], M[p][f'no_wd|{v}']
         cells = [fmt(r['in'])] + [x for band in ('4-8x', '8-16x')
                                   for x in (fmt(r[band]), fmt(m[band]) if band in m else 'never at that fit')]

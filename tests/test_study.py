@@ -160,9 +160,9 @@ def test_study_continued_pretraining(tmp_path, long_data):
     checkpoints measured with the windows; each CPT variant continues phase 1's final weights with
     the windows on, a constant learning rate, and averages of its last 10 / 20 / 30 checkpoints."""
     out = str(tmp_path / 'study')
-    r = run_study(out, f'--data_dir={long_data}', "--parts=['cpt_sw']", "--variants=['sw', 'pl_d']")
+    r = run_study(out, f'--data_dir={long_data}', "--parts=['cpt_sw']", "--variants=['sw', 'no_wd', 'pl_d']")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert '6 runs' in r.stdout  # phase 1 is kept when --variants leaves it out
+    assert '8 runs' in r.stdout  # phase 1 is kept when --variants leaves it out
     run = lambda v, s=1: os.path.join(out, 'cpt_sw', v, f's{s}')  # noqa: E731
     orig, sw, pl_d = (json.load(open(os.path.join(run(v), 'eval.json'))) for v in ('orig', 'sw', 'pl_d'))
     log = open(os.path.join(run('pl_d'), 'train.log')).read()
