@@ -108,7 +108,8 @@ SMOL = lambda layers: [f"--pos_encoding={['rope'] * (layers - 1) + ['nope']}"]  
 # weights with the windows on, as the paper's SWU: 10% warm-up, then a constant learning rate a
 # tenth of phase 1's (SmolLM3's CPT: 2e-5), for a little over half of phase 1's tokens.
 PHASE1 = {'cpt_sw': (LM + SMOL(4), [32, 32, 32, 0]),
-          'cpt_sw_needle': (NEEDLE + SMOL(2), [16, 0])}
+          # 3200 steps: at the needle parts' 1600 this hybrid learned the lookup in 1 seed of 3
+          'cpt_sw_needle': (NEEDLE + SMOL(2) + [f'--max_tokens={3200 * 2048}'], [16, 0])}
 CPT = lambda part, lr, steps, every: [  # noqa: E731
     *PHASE1[part][0], f'--window={PHASE1[part][1]}', '--schedule=constant', '--warmup_frac=0.1',
     f'--learning_rate={lr}', f"--max_tokens={steps * (4096 if PHASE1[part][0][0] == LM[0] else 2048)}",
@@ -125,11 +126,11 @@ PARTS = {  # part -> (kind, train.py arguments, variants)
     'needle_nope': ('task', NEEDLE + ['--pos_encoding=nope'], CORE[:5]),
     'needle_sw': ('task', NEEDLE + SW(2, 16), CORE[:5]),
     'lm_mamba': ('lm', LM + MAMBA, CORE[:5]),
+    'lm_mamba_32': ('lm', LM + MAMBA + ['--block_size=32', '--batch_size=128'], CORE[:5]),  # 32-byte windows
     'copy_mamba': ('task', ['configs/copy_mamba.py', '--eval_interval=100000', '--task_eval_samples=20',
                             '--ckpt_interval=50'], CORE[:4]),
     'cpt_sw': ('lm', CPT('cpt_sw', 2e-4, 400, 10), CPT_VARIANTS),
-    # PN-D, VPAD and attention dropout (CPT_VARIANTS) not yet run here: its phase 1 learns the lookup in 1 seed of 3
-    'cpt_sw_needle': ('task', CPT('cpt_sw_needle', 3e-4, 800, 20), ['orig', 'sw', 'wd', 'no_wd', 'pl_d']),
+    'cpt_sw_needle': ('task', CPT('cpt_sw_needle', 3e-4, 800, 20), CPT_VARIANTS),
 }
 TINY = {'lm': ['--n_layer=4', '--n_embd=32', '--n_head=2', '--max_tokens=81920', '--ckpt_interval=2'],  # 20 steps
         'task': ['--n_layer=2', '--n_embd=32', '--n_head=2', '--max_tokens=40960', '--ckpt_interval=2']}
