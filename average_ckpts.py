@@ -51,16 +51,6 @@ def write_folder(state, paths, out):
     checkpoint.replace_folder(tmp, out)
 
 
-def select(ckpt_dir, last, stride, start, stop):
-    """Steps of ckpt_dir in [start, stop], every stride-th counted back from the newest, the last `last` of them."""
-    found = [s for s in checkpoint.steps(ckpt_dir) if start <= s and (stop < 0 or s <= stop)]
-    chosen = found[::-1][::stride][:last or None][::-1]
-    if last and len(chosen) < last:
-        raise ValueError(f"{ckpt_dir} has {len(chosen)} checkpoints in that range with stride {stride} "
-                         f"({chosen}), fewer than the {last} asked for")
-    return chosen
-
-
 if __name__ == '__main__':
     from configurator import configure
 
@@ -81,7 +71,7 @@ if __name__ == '__main__':
         if ckpts:
             paths, chosen = list(ckpts), []
         elif ckpt_dir:
-            chosen = sorted(steps) if steps else select(ckpt_dir, last, stride, start, stop)
+            chosen = sorted(steps) if steps else checkpoint.select(ckpt_dir, last, stride, start, stop)
             paths = [checkpoint.step_path(ckpt_dir, s) for s in chosen]
             missing = [p for p in paths if not os.path.exists(p)]
             if missing:

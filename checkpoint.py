@@ -110,6 +110,16 @@ def steps(out_dir, prefix='ckpt', ext='.pt'):
     return sorted(int(m.group(1)) for m in found if m)
 
 
+def select(ckpt_dir, last, stride, start, stop):
+    """Steps of ckpt_dir in [start, stop], every stride-th counted back from the newest, the last `last` of them."""
+    found = [s for s in steps(ckpt_dir) if start <= s and (stop < 0 or s <= stop)]
+    chosen = found[::-1][::stride][:last or None][::-1]
+    if last and len(chosen) < last:
+        raise ValueError(f"{ckpt_dir} has {len(chosen)} checkpoints in that range with stride {stride} "
+                         f"({chosen}), fewer than the {last} asked for")
+    return chosen
+
+
 def pairs(out_dir):
     """Sorted steps that have both a checkpoint and its optimizer state: the ones a run can resume from."""
     return sorted(set(steps(out_dir)) & set(steps(out_dir, 'optim')))
@@ -226,6 +236,9 @@ def eval_setup(ckpt, device, dtype, purpose, window=None, length=None):
 # train.py's ways in (resume, continued pre-training) and its checkpoint pairs
 
 RUNTIME = ('dropout', 'dropout_type', 'vpad_variant', 'attn_dropout', 'window', 'attn_backend', 'use_kernels')
+# and the positions, where the config sets them (else the source's): no weights depend on them, except
+# learned ones. DroPE is CPT with pos_encoding='nope' from a RoPE model (docs/methods.md)
+POSITIONS = ('pos_encoding', 'rope_random', 'rope_scaling', 'rope_factor')
 
 
 def save_pair(out_dir, step, keep_last, optim, ckpt):
@@ -267,8 +280,11 @@ def resume_state(out_dir, sharded, say=print):
     raise SystemExit(f"no checkpoint of {out_dir} could be read with its optimizer state (warnings above)")
 
 
-def check_resume(ckpt, model_type, model_args, out_dir):
-    """SystemExit unless the config describes the checkpoint's own model."""
+def check_resume(ckpt, model_type, model_args, out_dir, halt_at=0):
+    """SystemExit unless the config describes the checkpoint's own model, and halt_at (if > 0) lies after it."""
+    if 0 < halt_at <= ckpt['step']:
+        raise SystemExit(f"config error: halt_at = {halt_at}, but the run resumes at iteration {ckpt['step']}: "
+                         f"give a later halt_at, or 0 to run to the end")
     changed = {k: (v, model_args.get(k)) for k, v in ckpt['model_args'].items() if model_args.get(k) != v}
     if changed or ckpt['model_type'] != model_type:
         diff = ', '.join(f"{k}: checkpoint {a!r} vs config {b!r}" for k, (a, b) in changed.items())
@@ -300,15 +316,21 @@ def cpt_source(source, tokenizer, model_type=None):
 
 def cpt_model_args(source_args, config, user_keys, source):
     """CPT: the architecture of the source checkpoint with this run's regularization and windows
-    (RUNTIME). A model key that the config sets (user_keys) to another value is an error: it could not apply."""
+    (RUNTIME), and its positions where it sets them (POSITIONS). A model key that the config sets
+    (user_keys) to another value is an error: it could not apply."""
     known = {f.name for f in fields(MODELS[config['model_type']][1])}
-    fixed = known - set(RUNTIME) - {'vocab_size', 'block_size'}  # these two follow the data and this run's length
+    fixed = known - set(RUNTIME) - set(POSITIONS) - {'vocab_size', 'block_size'}  # these two follow the data
     clash = {k: (source_args.get(k), config[k]) for k in sorted(user_keys & fixed) if config[k] != source_args.get(k)}
+    positions = {k: config[k] for k in POSITIONS if k in user_keys & known}
+    learned = 'learned' in (source_args.get('pos_encoding'), positions.get('pos_encoding'))
+    if learned and positions.get('pos_encoding', source_args.get('pos_encoding')) != source_args.get('pos_encoding'):
+        clash['pos_encoding'] = (source_args.get('pos_encoding'), config['pos_encoding'])  # its weights would not fit
     if clash:
         raise SystemExit(f"config error: continued pre-training takes the architecture from {source}, but the config "
                          f"sets " + ', '.join(f"{k} = {b!r} (the checkpoint has {a!r})" for k, (a, b) in clash.items())
-                         + f". Remove these keys; CPT may change only {', '.join(RUNTIME)}")
-    return {**source_args, **{k: config[k] for k in RUNTIME if k in known}}
+                         + f". Remove these keys; CPT may change only {', '.join(RUNTIME + POSITIONS)} (learned "
+                         f"positions excepted)")
+    return {**source_args, **{k: config[k] for k in RUNTIME if k in known}, **positions}
 
 
 # -----------------------------------------------------------------------------
@@ -409,3 +431,16 @@ def average(paths):
                     total[name] = t.to(acc, copy=True)
                 newest[name] = t.dtype
     return {n: (total[n] / len(paths)).to(newest[n]) if n in total else newest[n] for n in newest}
+
+
+def after_divergence(out_dir, it):
+    """-> (the newest checkpoint of out_dir up to iteration it, or None; how to go on from there).
+    Every checkpoint on disk was saved only after its own weights passed train.py's divergence
+    check, so the newest one is good, and its optimizer state is still beside it."""
+    kept = [s for s in pairs(out_dir) if s <= it]
+    if not kept:
+        return None, "No checkpoint was saved yet: start again with a lower learning_rate or a longer warm-up."
+    good = step_path(out_dir, kept[-1])
+    return good, (f"The last good checkpoint is {good} (its optimizer state beside it): resume from it with "
+                  f"--init_from=resume --skip_steps={it - kept[-1] + 1} (skips the batches of iterations "
+                  f"{kept[-1]}-{it}, which led here), or with a lower learning_rate or a longer warm-up.")

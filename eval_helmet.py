@@ -22,55 +22,9 @@ import os
 import sys
 
 import torch
-from tqdm import tqdm
 
 import helmet
 import ruler
-
-
-def evaluate(model, tokenizer, results, tasks, lengths, samples, seed, data, device='cpu', chunk_size=1024,
-             autocast=None, say=print):
-    """Run every sample not yet in results (a ruler.Results) -> {'scores': {task: {length: metric
-    x100}} (nan where it did not run), 'recall': {length: the mean over the tasks that ran},
-    'tasks_averaged', 'empty': {task: {length: empty outputs}}, 'skipped': {task: why the data is
-    missing}, 'too_short': {task/length: why}, 'stand_in_haystack': {task: what its essay is instead}}."""
-    sizes = {}
-    ran, skipped, too_short, jobs = ruler.plan(tasks, lengths, samples, lambda t: helmet.missing(t, data),
-                                               lambda t, L: helmet.sample(t, tokenizer, L, 'check', seed, data, sizes), say)
-    for task, L, i in tqdm(jobs, desc='HELMET recall', unit='sample'):
-        id = f"{task}/{L}/{i}"
-        if id in results:
-            continue
-        fields, text = helmet.sample(task, tokenizer, L, id, seed, data, sizes, index=i)
-        output = ruler.predict(model, tokenizer, text, helmet.TASKS[task][1], device, chunk_size, autocast)
-        value, prediction = helmet.score(task, fields, output)
-        results.add({'id': id, 'task': task, 'length': L, 'tokens': len(tokenizer.encode(text)),
-                     'depth': fields.get('depth'), 'answers': fields['answer'], 'output': output,
-                     'prediction': prediction, 'score': value})
-    rows = [r for r in results.rows.values() if r['task'] in ran and r['length'] in lengths]
-
-    def cell(t, L):
-        return [r for r in rows if r['task'] == t and r['length'] == L and int(r['id'].rsplit('/', 1)[1]) < samples]
-    scores = {t: {L: helmet.mean100([r['score'] for r in cell(t, L)]) for L in lengths} for t in ran}
-    return {'scores': scores, 'recall': {L: helmet.recall(scores, L) for L in lengths},
-            'tasks_averaged': {L: sum((t, L) not in too_short for t in ran) for L in lengths},
-            'empty': {t: {L: sum(r['output'].strip() == '' for r in cell(t, L)) for L in lengths} for t in ran},
-            'skipped': skipped, 'too_short': {f"{t}/{L}": why for (t, L), why in too_short.items()},
-            'stand_in_haystack': {t: data.stand_in for t in ran if data.stand_in and on_essay(t)}}
-
-
-def on_essay(task):
-    """Whether the task's haystack is RULER's essay (MV)."""
-    return bool(helmet.TASKS[task][0]) and ruler.on_essay(helmet.TASKS[task][0])
-
-
-def task_list(tasks):
-    names = list(helmet.TASKS) if tasks == 'recall' else [tasks] if isinstance(tasks, str) else list(tasks)
-    unknown = [t for t in names if t not in helmet.TASKS]
-    if unknown:
-        raise SystemExit(f"unknown HELMET recall task {unknown[0]!r}: the tasks are {', '.join(helmet.TASKS)}, "
-                         f"or 'recall' for all four")
-    return names
 
 
 if __name__ == '__main__':
@@ -91,13 +45,13 @@ if __name__ == '__main__':
     dtype = 'bfloat16' if torch.cuda.is_available() else 'float32'
     # -------------------------------------------------------------------------
     globals().update(configure(globals(), sys.argv[1:]))
-    names = task_list(tasks)
+    names = helmet.task_list(tasks)
     model, tokenizer, info, autocast = checkpoint.eval_setup(ckpt, device, dtype, 'HELMET recall', window, max(lengths))
     out = out or ckpt.removesuffix('.pt').rstrip('/') + '_helmet'
 
     data = ruler.Data(essay=essay)
-    r = evaluate(model, tokenizer, ruler.Results(out + '.jsonl'), names, lengths, samples, seed,
-                 data, device, chunk_size, autocast)
+    r = helmet.evaluate(model, tokenizer, ruler.Results(out + '.jsonl'), names, lengths, samples, seed,
+                        data, device, chunk_size, autocast)
     print(f"\nHELMET recall ({samples} samples per task and length; ruler_recall, JSON KV substring_exact_match; x100)")
     print(helmet.table(r['scores'], lengths, os.path.basename(ckpt.rstrip('/'))))
     print("empty outputs: " + '; '.join(f"{t} " + ' '.join(str(n) for n in row.values()) for t, row in r['empty'].items()))

@@ -18,34 +18,8 @@ import os
 import sys
 
 import torch
-from tqdm import tqdm
 
 import ruler
-
-def evaluate(model, tokenizer, results, lengths, samples, depths=(), depth_samples=0, seed=42, device='cpu',
-             chunk_size=1024, autocast=None):
-    """Run every sample not yet in results (a ruler.Results) -> {'niah_1': {length: score},
-    'depth_x_length': {depth: {length: score}}}, scores as RULER's (x100)."""
-    jobs = [('niah', L, i, None) for L in lengths for i in range(samples)] + \
-           [('depth', L, i, d) for d in depths for L in lengths for i in range(depth_samples)]
-    sizes, data = {}, ruler.Data()
-    for L in lengths:  # every length checked before any sample runs (ValueError: too short for the task)
-        ruler.prompt('niah_single_1', tokenizer, L, 'check', seed, data, sizes)
-    for kind, L, i, depth in tqdm(jobs, desc='NIAH-1', unit='sample'):
-        id = f"{kind}/{L}/{i}" + ('' if depth is None else f"/{depth}")
-        if id in results:
-            continue
-        text, answers = ruler.prompt('niah_single_1', tokenizer, L, id, seed, data, sizes, depth)
-        prediction = ruler.postprocess(ruler.predict(model, tokenizer, text, ruler.TOKENS_TO_GENERATE['niah'], device,
-                                                     chunk_size, autocast))
-        results.add({'id': id, 'kind': kind, 'length': L, 'depth': depth, 'tokens': len(tokenizer.encode(text)),
-                     'answers': answers, 'prediction': prediction, 'score': ruler.string_match_all(prediction, answers)})
-    rows = results.rows.values()
-
-    def mean(kind, L, depth=None):
-        return ruler.score([r['score'] for r in rows if r['kind'] == kind and r['length'] == L and r['depth'] == depth])
-    return {'niah_1': {L: mean('niah', L) for L in lengths},
-            'depth_x_length': {d: {L: mean('depth', L, d) for L in lengths} for d in depths}}
 
 
 def heatmap(path, heat, lengths, depths, title):
@@ -90,8 +64,8 @@ if __name__ == '__main__':
     out = out or ckpt.removesuffix('.pt').rstrip('/') + '_niah'
 
     try:
-        summary = evaluate(model, tokenizer, ruler.Results(out + '.jsonl'), lengths, samples, depths, depth_samples,
-                           seed, device, chunk_size, autocast)
+        summary = ruler.evaluate_niah(model, tokenizer, ruler.Results(out + '.jsonl'), lengths, samples, depths,
+                                      depth_samples, seed, device, chunk_size, autocast)
     except ValueError as e:  # a length too short for the task
         raise SystemExit(f"{e}: leave that length out of --lengths")
     name = os.path.basename(ckpt.rstrip('/'))

@@ -23,51 +23,8 @@ import os
 import sys
 
 import torch
-from tqdm import tqdm
 
 import ruler
-
-
-def evaluate(model, tokenizer, results, tasks, lengths, samples, seed, data, device='cpu', chunk_size=1024,
-             autocast=None, say=print):
-    """Run every sample not yet in results -> {'scores': {task: {length: score}} (nan where the
-    length is too short for the task), 'average': {length: mean over the tasks that ran},
-    'tasks_averaged', 'nulls': {task: {length: empty predictions}}, 'skipped': {task: why the data
-    is missing}, 'too_short': {task/length: why}}."""
-    sizes = {}
-    ran, skipped, too_short, jobs = ruler.plan(tasks, lengths, samples, data.missing,
-                                               lambda t, L: ruler.prompt(t, tokenizer, L, 'check', seed, data, sizes), say)
-    for task, L, i in tqdm(jobs, desc='RULER', unit='sample'):
-        id = f"{task}/{L}/{i}"
-        if id in results:
-            continue
-        kind = ruler.TASKS[task][0]
-        text, answers = ruler.prompt(task, tokenizer, L, id, seed, data, sizes, index=i)
-        prediction = ruler.postprocess(ruler.predict(model, tokenizer, text, ruler.TOKENS_TO_GENERATE[kind], device,
-                                                     chunk_size, autocast))
-        results.add({'id': id, 'task': task, 'length': L, 'tokens': len(tokenizer.encode(text)), 'answers': answers,
-                     'prediction': prediction, 'score': ruler.metric(task)(prediction, answers)})
-    rows = [r for r in results.rows.values() if r['task'] in ran and r['length'] in lengths]
-    scores = {t: {L: ruler.score([r['score'] for r in rows if r['task'] == t and r['length'] == L]) for L in lengths} for t in ran}
-    average = {}
-    for L in lengths:  # over the tasks that ran at this length
-        done = [scores[t][L] for t in ran if (t, L) not in too_short]
-        average[L] = round(sum(done) / len(done), 2) if done else math.nan
-    return {'scores': scores, 'average': average, 'tasks_averaged': {L: sum((t, L) not in too_short for t in ran) for L in lengths},
-            'nulls': {t: {L: sum(r['prediction'] == '' for r in rows if r['task'] == t and r['length'] == L) for L in lengths}
-                      for t in ran},
-            'skipped': skipped, 'too_short': {f"{t}/{L}": why for (t, L), why in too_short.items()},
-            'stand_in_haystack': {t: data.stand_in for t in ran if data.stand_in and ruler.on_essay(t)}}
-
-
-def task_list(tasks):
-    names = ruler.SUBSETS[tasks] if isinstance(tasks, str) and tasks in ruler.SUBSETS else \
-        [tasks] if isinstance(tasks, str) else list(tasks)
-    unknown = [t for t in names if t not in ruler.TASKS]
-    if unknown:
-        raise SystemExit(f"unknown RULER task {unknown[0]!r}: the tasks are {', '.join(ruler.TASKS)}; "
-                         f"the named sets {', '.join(ruler.SUBSETS)}")
-    return names
 
 
 if __name__ == '__main__':
@@ -90,13 +47,13 @@ if __name__ == '__main__':
     dtype = 'bfloat16' if torch.cuda.is_available() else 'float32'
     # -------------------------------------------------------------------------
     globals().update(configure(globals(), sys.argv[1:]))
-    names = task_list(tasks)
+    names = ruler.task_list(tasks)
     model, tokenizer, info, autocast = checkpoint.eval_setup(ckpt, device, dtype, 'RULER', window, max(lengths))
     out = out or ckpt.removesuffix('.pt').rstrip('/') + '_ruler'
 
     data = ruler.Data(essay, squad, hotpotqa)
-    r = evaluate(model, tokenizer, ruler.Results(out + '.jsonl'), names, lengths, samples, seed, data, device,
-                 chunk_size, autocast)
+    r = ruler.evaluate(model, tokenizer, ruler.Results(out + '.jsonl'), names, lengths, samples, seed, data, device,
+                       chunk_size, autocast)
     print(f"\nRULER ({samples} samples per task and length; string_match_all, QA string_match_part; x100)")
     print(f"{'task':<18}" + ''.join(f"{ruler.length_label(L):>8}" for L in lengths) + "   empty predictions")
     for t, row in r['scores'].items():

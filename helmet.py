@@ -1,7 +1,8 @@
 """
 HELMET's synthetic recall category (Yen et al. 2025, princeton-nlp/HELMET) offline: JSON KV and
 RULER's MK-2 (niah_multikey_2), MK-3 (niah_multikey_3) and MV (niah_multivalue), prompted and
-scored as HELMET does for a base model (no chat template), over ruler.py's generators and harness.
+scored as HELMET does for a base model (no chat template), over ruler.py's generators and harness;
+evaluate runs them for eval_helmet.py.
 
 Where each piece comes from in HELMET's repository:
 - the tasks and their settings: configs/recall.yaml (131072 tokens) and configs/recall_short.yaml
@@ -53,6 +54,8 @@ Deliberate differences, and why:
 import random
 import re
 import string
+
+from tqdm import tqdm
 
 import ruler
 
@@ -285,3 +288,51 @@ def table(scores, lengths, model):
         cells = [str(L), model] + [f"{v:.2f}" if v == v else '-' for v in [scores[t][L] for t in names] + [recall(scores, L)]]
         lines.append('  '.join(c.rjust(w) if i != 1 else c.ljust(w) for i, (c, w) in enumerate(zip(cells, width))))
     return '\n'.join(lines)
+
+
+# -----------------------------------------------------------------------------
+# the evaluation (eval_helmet.py)
+
+def evaluate(model, tokenizer, results, tasks, lengths, samples, seed, data, device='cpu', chunk_size=1024,
+             autocast=None, say=print):
+    """Run every sample not yet in results (a ruler.Results) -> {'scores': {task: {length: metric
+    x100}} (nan where it did not run), 'recall': {length: the mean over the tasks that ran},
+    'tasks_averaged', 'empty': {task: {length: empty outputs}}, 'skipped': {task: why the data is
+    missing}, 'too_short': {task/length: why}, 'stand_in_haystack': {task: what its essay is instead}}."""
+    sizes = {}
+    ran, skipped, too_short, jobs = ruler.plan(tasks, lengths, samples, lambda t: missing(t, data),
+                                               lambda t, L: sample(t, tokenizer, L, 'check', seed, data, sizes), say)
+    for task, L, i in tqdm(jobs, desc='HELMET recall', unit='sample'):
+        id = f"{task}/{L}/{i}"
+        if id in results:
+            continue
+        fields, text = sample(task, tokenizer, L, id, seed, data, sizes, index=i)
+        output = ruler.predict(model, tokenizer, text, TASKS[task][1], device, chunk_size, autocast)
+        value, prediction = score(task, fields, output)
+        results.add({'id': id, 'task': task, 'length': L, 'tokens': len(tokenizer.encode(text)),
+                     'depth': fields.get('depth'), 'answers': fields['answer'], 'output': output,
+                     'prediction': prediction, 'score': value})
+    rows = [r for r in results.rows.values() if r['task'] in ran and r['length'] in lengths]
+
+    def cell(t, L):
+        return [r for r in rows if r['task'] == t and r['length'] == L and int(r['id'].rsplit('/', 1)[1]) < samples]
+    scores = {t: {L: mean100([r['score'] for r in cell(t, L)]) for L in lengths} for t in ran}
+    return {'scores': scores, 'recall': {L: recall(scores, L) for L in lengths},
+            'tasks_averaged': {L: sum((t, L) not in too_short for t in ran) for L in lengths},
+            'empty': {t: {L: sum(r['output'].strip() == '' for r in cell(t, L)) for L in lengths} for t in ran},
+            'skipped': skipped, 'too_short': {f"{t}/{L}": why for (t, L), why in too_short.items()},
+            'stand_in_haystack': {t: data.stand_in for t in ran if data.stand_in and on_essay(t)}}
+
+
+def on_essay(task):
+    """Whether the task's haystack is RULER's essay (MV)."""
+    return bool(TASKS[task][0]) and ruler.on_essay(TASKS[task][0])
+
+
+def task_list(tasks):
+    names = list(TASKS) if tasks == 'recall' else [tasks] if isinstance(tasks, str) else list(tasks)
+    unknown = [t for t in names if t not in TASKS]
+    if unknown:
+        raise SystemExit(f"unknown HELMET recall task {unknown[0]!r}: the tasks are {', '.join(TASKS)}, "
+                         f"or 'recall' for all four")
+    return names

@@ -13,7 +13,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from dropout import Dropout, variance_error
-from tasks import correct_answers
+from tasks import LENGTHS, correct_answers
+from tokens import VAL, batch_rng
 
 # -----------------------------------------------------------------------------
 # Per-position cross-entropy (Figures 1, 4 and 6)
@@ -26,6 +27,20 @@ def loss_curve(model, windows, chunk_size, device, autocast=nullcontext()):
         with autocast:
             curve += model.position_losses(w[:, :-1], w[:, 1:], chunk_size=chunk_size)[0].float()
     return curve, len(windows)
+
+
+def val_loss(model, data, n, batch_size, block_size, seed, device, autocast=nullcontext(), rank=0, world=1,
+             reduce=lambda t: t):
+    """train.py's loss at the training length: the mean over the validation batches 0..n-1 (the VAL
+    stream of batch_rng: the same ones at every evaluation), this process taking batches rank::world."""
+    tally = torch.zeros(2, device=device)  # loss sum, count
+    for i in range(rank, n, world):
+        x, y = data.batch(batch_size, block_size, batch_rng(seed, VAL, i))
+        with autocast:
+            tally[0] += model(x.to(device), y.to(device))[1].float()
+        tally[1] += 1
+    tally = reduce(tally)
+    return {'val_loss': (tally[0] / tally[1]).item()}
 
 
 def position_loss(model, data, lengths, n_windows, chunk_size, device, autocast=nullcontext(), rank=0, world=1,
@@ -53,15 +68,29 @@ def task_accuracy(task, model, lengths, n, seed, device, autocast=nullcontext(),
             'token_accuracy': {str(L): c[1] for L, c in zip(lengths, correct)}}
 
 
-def report(result, what):
-    """The final table of a train.py run: per-position loss by band (and against the first), or
-    accuracy by length (exact and per token). what: the line above it."""
+def eval_line(it, result, task):
+    """train.py's line for one evaluation."""
+    bands = '  '.join(f"{k}: {v:.4f}" for k, v in result.get('position_loss', {}).items())
+    answers = '  '.join(f"{k}: {v:.2f}" for k, v in result.get('accuracy', {}).items())
+    return (f"iter {it}: val loss {result['val_loss']:.4f}" + (f" | per-position loss {bands}" if bands else "")
+            + (f" | {task} accuracy by length {answers}" if answers else ""))
+
+
+def report(result, it, c):
+    """The final table of a train.py run (c: its config): per-position loss by band (and against
+    the first), or accuracy by length (exact and per token)."""
     if 'position_loss' in result:
         bands = result['position_loss']
         base = next(iter(bands.values()))
+        what = (f"\nper-position validation loss (nats/token) of {c['out_dir']} at iteration {it}, trained on "
+                f"{c['block_size']} tokens ({result['windows']} windows of {max(c['eval_lengths'])}):")
         return '\n'.join([what, f"{'positions':>12}" + ''.join(f"{k:>12}" for k in bands),
                           f"{'loss':>12}" + ''.join(f"{v:>12.4f}" for v in bands.values()),
                           f"{'vs first':>12}" + ''.join(f"{v - base:>+12.4f}" for v in bands.values())])
+    what = (f"\n{c['task']} accuracy of {c['out_dir']} at iteration {it}, trained on "
+            f"{LENGTHS[c['task']]} {c['task_min_len']}-{c['task_max_len']} "
+            f"({c['task_eval_samples']} held-out samples per length): exact-match answers, and the fraction of "
+            f"right tokens")
     return '\n'.join([what, f"{'length':>10}" + ''.join(f"{k:>8}" for k in result['accuracy']),
                       f"{'exact':>10}" + ''.join(f"{v:>8.2f}" for v in result['accuracy'].values()),
                       f"{'tokens':>10}" + ''.join(f"{v:>8.2f}" for v in result['token_accuracy'].values())])

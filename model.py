@@ -46,13 +46,18 @@ class TransformerConfig:
     pos_encoding: str | list = 'nape'  # one of POS_ENCODINGS, or a list: one per layer, or a pattern that repeats
     window: int | list = 0  # sliding window of W keys, the current one included (0: full); or a list, as above
     rope_theta: float = 10000.0
+    # length-generalization methods for RoPE (docs/methods.md): randomized positions in training, and
+    # position interpolation or YaRN at evaluation (no weights change: set them when loading a checkpoint)
+    rope_random: int = 0  # > 0: in training, each sequence's RoPE positions are a sorted random subset of [0, rope_random * T)
+    rope_scaling: str = 'none'  # 'none', 'pi' (position interpolation) or 'yarn', with rope_factor
+    rope_factor: float = 1.0  # s: PI divides every frequency by s; YaRN only the low ones, and sharpens by (0.1 ln s + 1)^2
     nape_slopes: str = 'linear'  # NAPE's ALiBi slopes: 'linear' (1/h) or 'exp' (1/2^(h-1))
     dropout: float = 0.0  # p of the dropout at the dropout_type's sites
     dropout_type: str = 'none'  # 'none', 'pre_norm' (PN-D), 'pre_linear' (PL-D) or 'vpad'
     vpad_variant: str = 'A'  # VPAD reconstruction: A (per token, default), B, C, D (dropout.py)
     attn_dropout: float = 0.0  # dropout on the attention probabilities
     attn_alpha: float = 1.0  # the attention's normaliser: 1 softmax, 1.5 entmax-1.5 (exact), other > 1 entmax by bisection
-    attn_scale: str = 'none'  # query scale: 'none', 'adaptive' (ASEntmax), 'static' (per head) or 'ssmax' (beta log(t+2))
+    attn_scale: str = 'none'  # query scale: 'none', 'adaptive' (ASEntmax), 'static', 'ssmax' or 'log_length' (Attention.query_scale)
     attn_backend: str = 'auto'  # 'auto' (flex on CUDA where it helps, else sdpa), 'sdpa', 'flex' or 'manual'
 
     def __post_init__(self):
@@ -83,9 +88,12 @@ class TransformerConfig:
             raise ValueError(f"attn_dropout must be in [0, 1), got {self.attn_dropout}")
         if self.attn_backend == 'flex' and self.attn_dropout > 0:  # flex_attention has no dropout: it would be lost
             raise ValueError("attn_backend='flex' cannot apply attention dropout: use 'sdpa' or 'manual' (or 'auto')")
-        if self.attn_alpha < 1 or self.attn_scale not in ('none', 'adaptive', 'static', 'ssmax'):
-            raise ValueError(f"attn_alpha must be >= 1 and attn_scale 'none', 'adaptive', 'static' or 'ssmax', "
-                             f"got {self.attn_alpha}, {self.attn_scale!r}")
+        if self.attn_alpha < 1 or self.attn_scale not in ('none', 'adaptive', 'static', 'ssmax', 'log_length'):
+            raise ValueError(f"attn_alpha must be >= 1 and attn_scale 'none', 'adaptive', 'static', 'ssmax' or "
+                             f"'log_length', got {self.attn_alpha}, {self.attn_scale!r}")
+        if self.rope_random < 0 or self.rope_scaling not in ('none', 'pi', 'yarn') or self.rope_factor < 1:
+            raise ValueError(f"rope_random must be >= 0 (0: off), rope_scaling 'none', 'pi' or 'yarn', and rope_factor "
+                             f">= 1, got {self.rope_random}, {self.rope_scaling!r}, {self.rope_factor}")
 
     def layer_pos_encodings(self):
         p = self.pos_encoding
@@ -113,13 +121,41 @@ def alibi_slopes(n_head, pos_encoding, nape_slopes='linear'):
     return torch.tensor(slopes)
 
 
-def rope_cos_sin(start, T, head_dim, theta, device):
-    """cos and sin of the rotary angles of positions start..start+T-1, in float32. (T, head_dim) each"""
+def rope_frequencies(head_dim, theta, device, scaling='none', factor=1.0, train_length=2048):
+    """The rotary frequencies theta^(-2d/head_dim), d < head_dim/2 (head_dim/2,), and the factor on cos and sin.
+    pi    Position interpolation (Chen et al. 2023): every frequency divided by s, so that s times the
+          training length spans the angles seen in training.
+    yarn  YaRN (Peng et al. 2023, Eq. 17-21, as its code computes it): a frequency that turns more than
+          beta = 32 times over the training length L is kept, one that turns less than alpha = 1 time is
+          divided by s, and a linear ramp over the dimensions between the two (their indices rounded
+          outwards); cos and sin are scaled by 0.1 ln s + 1, which scales every logit by its square
+          (the paper's temperature, sqrt(1/t) = 0.1 ln s + 1)."""
     inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64, device=device).float() / head_dim)
-    pos = torch.arange(start, start + T, device=device, dtype=torch.float32)
-    freqs = pos[:, None] * inv_freq[None, :]  # (T, head_dim/2)
+    if scaling == 'pi':
+        return inv_freq / factor, 1.0
+    if scaling == 'yarn' and factor > 1:
+        # the dimension d at which a frequency turns r times over L: L * inv_freq_d = 2 pi r
+        dim_of = lambda r: head_dim * math.log(train_length / (2 * math.pi * r)) / (2 * math.log(theta))  # noqa: E731
+        low, high = max(math.floor(dim_of(32)), 0), min(math.ceil(dim_of(1)), head_dim - 1)
+        ramp = ((torch.arange(head_dim // 2, device=device) - low) / max(high - low, 1e-3)).clamp(0, 1)  # 0: kept
+        return inv_freq * (1 - ramp) + inv_freq / factor * ramp, 0.1 * math.log(factor) + 1.0
+    return inv_freq, 1.0
+
+
+def random_positions(B, T, N, device):
+    """Randomized positional encodings (Ruoss et al. 2023): for each of B sequences, T positions drawn
+    without replacement from [0, N), in increasing order. (B, T)"""
+    return torch.rand(B, N, device=device).argsort(dim=1)[:, :T].sort(dim=1).values
+
+
+def rope_cos_sin(pos, inv_freq, scale=1.0):
+    """cos and sin of the rotary angles of positions pos (T,) or (B, T), in float32: (T, head_dim) or
+    (B, 1, T, head_dim) each, to broadcast over the heads of (B, H, T, head_dim)."""
+    freqs = pos.float()[..., None] * inv_freq  # (..., T, head_dim/2)
     emb = torch.cat([freqs, freqs], dim=-1)  # rotate-half convention (Llama, SmolLM3 in transformers)
-    return emb.cos(), emb.sin()
+    if emb.dim() == 3:
+        emb = emb[:, None]
+    return emb.cos() * scale, emb.sin() * scale
 
 
 def apply_rope(x, cos, sin):
@@ -189,6 +225,7 @@ class Attention(nn.Module):
         self.register_buffer('slopes', slopes, persistent=False)
         # ASEntmax's query scale (deep-spin/asentmax): on the NoPE heads under NAPE (the last H/2), else on all
         self.scale = config.attn_scale
+        self.train_length = config.block_size  # log_length's L
         self.n_scaled = self.n_head - self.n_head // 2 if self.pos_encoding == 'nape' else self.n_head
         if self.scale == 'adaptive':  # beta and gamma of every scaled head, from the block's normalised input
             self.scale_proj = nn.Linear(config.n_embd, 2 * self.n_scaled, bias=True)
@@ -222,8 +259,13 @@ class Attention(nn.Module):
         """The factor s of the scaled heads' queries at positions start.. (B or 1, n_scaled, T, 1):
         adaptive  s = 1 + softplus(w_b x_t + b_b) * log(t+2)^(2 tanh(w_g x_t + b_g))   (ASEntmax)
         static    s = 1 + beta_h * log(t+2)^gamma_h
-        ssmax     s = beta_h * log(t+2)"""
-        log_t = torch.log(torch.arange(start, start + x.size(1), device=x.device, dtype=torch.float32) + 2)[:, None]  # (T, 1)
+        ssmax     s = beta_h * log(t+2)                                                       (SSMax)
+        log_length  s = max(1, log(t+1) / log(L)), L the training length: 1 inside it, so that it needs no
+                  training; beyond, the logits grow with the log of the keys seen (Chiang and Cholak 2022)"""
+        t = torch.arange(start, start + x.size(1), device=x.device, dtype=torch.float32)[:, None]  # (T, 1)
+        if self.scale == 'log_length':
+            return (torch.log(t + 1) / math.log(self.train_length)).clamp(min=1)[None, None]  # (1, 1, T, 1)
+        log_t = torch.log(t + 2)
         if self.scale == 'adaptive':
             beta, gamma = self.scale_proj(x).float().chunk(2, dim=-1)  # (B, T, n_scaled) each
             s = 1 + F.softplus(beta) * log_t ** (2 * torch.tanh(gamma))
@@ -314,12 +356,22 @@ class Transformer(nn.Module):
                 raise ValueError(f"learned absolute positions cover block_size = {self.config.block_size} tokens; "
                                  f"this input reaches {start + T}")
             x = x + self.wpe(torch.arange(start, start + T, device=idx.device))
-        rope = rope_cos_sin(start, T, self.head_dim, self.config.rope_theta, idx.device) if self.uses_rope else None
+        rope = self.rope(idx, start) if self.uses_rope else None
         for block in self.layers:
             x = block(x, rope, cache)
         if cache is not None:
             cache.pos += T
         return self.norm_f(x)
+
+    def rope(self, idx, start):
+        """cos and sin of the RoPE layers for the positions of idx (B, T) from start: rope_cos_sin."""
+        c, (B, T) = self.config, idx.shape
+        inv_freq, scale = rope_frequencies(self.head_dim, c.rope_theta, idx.device, c.rope_scaling, c.rope_factor,
+                                           c.block_size)
+        pos = torch.arange(start, start + T, device=idx.device)  # (T,)
+        if self.training and c.rope_random:  # randomized positions, in training only
+            pos = random_positions(B, T, c.rope_random * T, idx.device)  # (B, T)
+        return rope_cos_sin(pos, inv_freq, scale)
 
     def forward(self, idx, targets=None):
         x = self.hidden(idx)

@@ -20,7 +20,10 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 
 def start(device):
-    """-> (rank, world, device): this process's place under torchrun (its own GPU), or (0, 1, device)."""
+    """-> (rank, world, device): this process's place under torchrun (its own GPU), or (0, 1, device).
+    device 'auto': cuda, mps, else cpu."""
+    if device == 'auto':
+        device = 'cuda' if torch.cuda.is_available() else 'mps' if torch.backends.mps.is_available() else 'cpu'
     if 'RANK' not in os.environ:
         return 0, 1, device
     if sys.platform == 'linux':  # torchrun starts each worker in a session of its own: end with torchrun
@@ -64,3 +67,14 @@ def optimizer_state(model, optimizer):
 def load_optimizer(model, optimizer, state):
     """Every process takes its shards of the whole state `state` (each reads the file, memory-mapped)."""
     set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True))
+
+
+def finish():
+    """Every process done (the first was writing) before the group goes. gloo (CPU) can abort a
+    process at interpreter exit ("terminate called without an active exception", about one run in
+    eight): everything is written and synced, so leave at once."""
+    dist.barrier()
+    dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

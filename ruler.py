@@ -1,7 +1,8 @@
 """
 RULER (Hsieh et al. 2024, NVIDIA/RULER) offline: the 13 tasks' prompts and answers, the sizing
-of a prompt to a target length with the model's own tokenizer, RULER's metrics, and the small
-harness that eval_niah.py and eval_ruler.py share (greedy answers, resumable per-sample JSONL).
+of a prompt to a target length with the model's own tokenizer, RULER's metrics, the small
+harness (greedy answers, resumable per-sample JSONL), and the evaluations over it that eval_niah.py
+(evaluate_niah) and eval_ruler.py (evaluate) run.
 
 The templates, answer prefixes, needles, haystacks, task settings, tokens to generate, context
 layouts and sizing are those of RULER's current code (NVIDIA/RULER at c3f5e3b:
@@ -24,6 +25,7 @@ continues it. Where we differ, and why:
 import functools
 import glob
 import json
+import math
 import os
 import random
 import re
@@ -33,6 +35,7 @@ from contextlib import nullcontext
 from typing import Callable, NamedTuple
 
 import torch
+from tqdm import tqdm
 
 NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
 NEEDLE = "One of the special magic {type_needle_v} for {key} is: {value}."
@@ -481,7 +484,7 @@ KINDS = {
                  "the given documents. Only give me the answer and do not output any other words.\n\nQuestion: {query}",
         answer_prefix=" Answer:"),
 }
-TOKENS_TO_GENERATE = {kind: k.tokens_to_generate for kind, k in KINDS.items()}  # eval_ruler.py's and eval_niah.py's
+TOKENS_TO_GENERATE = {kind: k.tokens_to_generate for kind, k in KINDS.items()}  # evaluate's and evaluate_niah's
 
 
 def metric(task):
@@ -607,3 +610,76 @@ class Results:
 
 def length_label(n):
     return f"{n // 1024}K" if n % 1024 == 0 else str(n)
+
+
+# -----------------------------------------------------------------------------
+# the evaluations: NIAH-1 (eval_niah.py) and the RULER tasks (eval_ruler.py)
+
+def evaluate_niah(model, tokenizer, results, lengths, samples, depths=(), depth_samples=0, seed=42, device='cpu',
+                  chunk_size=1024, autocast=None):
+    """Run every sample not yet in results (a Results) -> {'niah_1': {length: score},
+    'depth_x_length': {depth: {length: score}}}, scores as RULER's (x100)."""
+    jobs = [('niah', L, i, None) for L in lengths for i in range(samples)] + \
+           [('depth', L, i, d) for d in depths for L in lengths for i in range(depth_samples)]
+    sizes, data = {}, Data()
+    for L in lengths:  # every length checked before any sample runs (ValueError: too short for the task)
+        prompt('niah_single_1', tokenizer, L, 'check', seed, data, sizes)
+    for kind, L, i, depth in tqdm(jobs, desc='NIAH-1', unit='sample'):
+        id = f"{kind}/{L}/{i}" + ('' if depth is None else f"/{depth}")
+        if id in results:
+            continue
+        text, answers = prompt('niah_single_1', tokenizer, L, id, seed, data, sizes, depth)
+        prediction = postprocess(predict(model, tokenizer, text, TOKENS_TO_GENERATE['niah'], device, chunk_size,
+                                         autocast))
+        results.add({'id': id, 'kind': kind, 'length': L, 'depth': depth, 'tokens': len(tokenizer.encode(text)),
+                     'answers': answers, 'prediction': prediction, 'score': string_match_all(prediction, answers)})
+    rows = results.rows.values()
+
+    def mean(kind, L, depth=None):
+        return score([r['score'] for r in rows if r['kind'] == kind and r['length'] == L and r['depth'] == depth])
+    return {'niah_1': {L: mean('niah', L) for L in lengths},
+            'depth_x_length': {d: {L: mean('depth', L, d) for L in lengths} for d in depths}}
+
+
+def evaluate(model, tokenizer, results, tasks, lengths, samples, seed, data, device='cpu', chunk_size=1024,
+             autocast=None, say=print):
+    """Run every sample not yet in results -> {'scores': {task: {length: score}} (nan where the
+    length is too short for the task), 'average': {length: mean over the tasks that ran},
+    'tasks_averaged', 'nulls': {task: {length: empty predictions}}, 'skipped': {task: why the data
+    is missing}, 'too_short': {task/length: why}}."""
+    sizes = {}
+    ran, skipped, too_short, jobs = plan(tasks, lengths, samples, data.missing,
+                                         lambda t, L: prompt(t, tokenizer, L, 'check', seed, data, sizes), say)
+    for task, L, i in tqdm(jobs, desc='RULER', unit='sample'):
+        id = f"{task}/{L}/{i}"
+        if id in results:
+            continue
+        kind = TASKS[task][0]
+        text, answers = prompt(task, tokenizer, L, id, seed, data, sizes, index=i)
+        prediction = postprocess(predict(model, tokenizer, text, TOKENS_TO_GENERATE[kind], device, chunk_size,
+                                         autocast))
+        results.add({'id': id, 'task': task, 'length': L, 'tokens': len(tokenizer.encode(text)), 'answers': answers,
+                     'prediction': prediction, 'score': metric(task)(prediction, answers)})
+    rows = [r for r in results.rows.values() if r['task'] in ran and r['length'] in lengths]
+    scores = {t: {L: score([r['score'] for r in rows if r['task'] == t and r['length'] == L]) for L in lengths}
+              for t in ran}
+    average = {}
+    for L in lengths:  # over the tasks that ran at this length
+        done = [scores[t][L] for t in ran if (t, L) not in too_short]
+        average[L] = round(sum(done) / len(done), 2) if done else math.nan
+    return {'scores': scores, 'average': average,
+            'tasks_averaged': {L: sum((t, L) not in too_short for t in ran) for L in lengths},
+            'nulls': {t: {L: sum(r['prediction'] == '' for r in rows if r['task'] == t and r['length'] == L)
+                          for L in lengths} for t in ran},
+            'skipped': skipped, 'too_short': {f"{t}/{L}": why for (t, L), why in too_short.items()},
+            'stand_in_haystack': {t: data.stand_in for t in ran if data.stand_in and on_essay(t)}}
+
+
+def task_list(tasks):
+    names = SUBSETS[tasks] if isinstance(tasks, str) and tasks in SUBSETS else \
+        [tasks] if isinstance(tasks, str) else list(tasks)
+    unknown = [t for t in names if t not in TASKS]
+    if unknown:
+        raise SystemExit(f"unknown RULER task {unknown[0]!r}: the tasks are {', '.join(TASKS)}; "
+                         f"the named sets {', '.join(SUBSETS)}")
+    return names

@@ -19,6 +19,11 @@ class RunLog:
     def __init__(self, out_dir, master=True, wandb_log=False):
         self.out_dir, self.path, self.master, self.wandb = out_dir, os.path.join(out_dir, 'log.jsonl'), master, None
         self.wandb_log, self.session = wandb_log, 0
+        if wandb_log:
+            try:
+                import wandb  # noqa: F401
+            except ImportError:
+                raise SystemExit("config error: wandb_log=True needs wandb: pip install wandb (or no wandb_log)")
 
     def records(self):
         return [json.loads(line) for line in open(self.path)] if os.path.exists(self.path) else []

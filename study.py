@@ -29,6 +29,12 @@ python study.py --parts="['copy_mamba', 'lm_mamba']" --out=out/study_mamba
   copy_mamba  the Copy task (tasks.Copy) with a 2 x 128 Mamba2, sources of 5-10 symbols, 1500 steps:
       exact-match accuracy, and the fraction of right tokens, from 1x to 16x the longest source
       (Table 6's Mamba2-45M row in small).
+Not in the default list (docs/methods.md):
+python study.py --parts="['methods']" --out=out/study_methods
+  methods     the lm part's 4 x 128 transformer with RoPE and the field's length-generalization methods
+      beside the regularizers, each alone and with PL-D (no WD anywhere): randomized positions and SSMax
+      trained; YaRN (s = 16) and the log-length temperature on the no-WD and PL-D checkpoints (views:
+      nothing trained); DroPE, 100 steps of CPT without positions from their final checkpoints.
 Not in the default list (docs/study.md has their times):
 python study.py --parts="['cpt_sw', 'cpt_sw_needle']" --out=out/study_cpt
   cpt_sw, cpt_sw_needle  continued pre-training into sliding windows (Table 1 in small), in two
@@ -57,9 +63,9 @@ import torch
 from tqdm import tqdm
 
 import checkpoint
+import tasks
 from configurator import configure
 from measures import attention_entropy, band_means, loss_curve, moving_average, variance_mismatch
-from tasks import Copy, Needle, correct_answers
 from tokens import TokenData, batch_rng
 
 # -----------------------------------------------------------------------------
@@ -91,6 +97,24 @@ NAMES = {'wd': 'WD', 'no_wd': 'no-WD', 'pn_d': 'PN-D', 'pl_d': 'PL-D', 'vpad': '
          'pn_d_p0.05': 'PN-D p=0.05', 'pn_d_p0.2': 'PN-D p=0.2', 'pl_d_p0.05': 'PL-D p=0.05', 'pl_d_p0.2': 'PL-D p=0.2',
          'vpad_p0.2': 'VPAD p=0.2', 'attn_d': 'Attn-D', 'orig': 'Orig.', 'sw': 'SW, no CPT'}
 CORE = ['wd', 'no_wd', 'pn_d', 'pl_d', 'vpad', 'vpad_b']
+# the field's length-generalization methods (docs/methods.md), each alone and with PL-D, none with WD.
+# Trained: randomized positions (from 8x the training length) and SSMax. DroPE: CPT of the no-WD (or
+# PL-D) run's final checkpoint without positions, as the CPT parts' SWU (constant LR a tenth of the
+# lm parts', 10% warm-up), 100 steps. Views, which train nothing (VIEWS): YaRN with s = 16 (the
+# reach of the evaluation) and the log-length temperature, on the no-WD and PL-D checkpoints
+METHODS = ('rand', 'yarn', 'drope', 'ssmax', 'log_len')
+DROPE = ['--pos_encoding=nope', '--schedule=constant', '--warmup_frac=0.1', '--learning_rate=2e-4',
+         f'--max_tokens={100 * 4096}', '--ckpt_interval=10']
+for m, args in (('rand', ['--rope_random=8']), ('ssmax', ['--attn_scale=ssmax']), ('drope', DROPE)):
+    VARIANTS[m], VARIANTS[f'{m}_pl_d'] = VARIANTS['no_wd'] + args, VARIANTS['pl_d'] + args
+SOURCES = {'drope': 'no_wd', 'drope_pl_d': 'pl_d'}  # rows that continue another row's final checkpoint
+VIEWS = {'sw': ('orig', None),  # rows that train nothing: another row's checkpoints, with model arguments
+         **{f'{m}{s}': (v, kw) for m, kw in (('yarn', {'rope_scaling': 'yarn', 'rope_factor': 16.0}),
+                                             ('log_len', {'attn_scale': 'log_length'}))
+            for s, v in (('', 'no_wd'), ('_pl_d', 'pl_d'))}}  # that change no weights ('sw': PHASE1's windows)
+NAMES.update({f'{m}{s}': f'{name}{t}' for m, name in (('rand', 'RandPos'), ('yarn', 'YaRN'), ('drope', 'DroPE'),
+                                                      ('ssmax', 'SSMax'), ('log_len', 'LogLen'))
+              for s, t in (('', ''), ('_pl_d', ' + PL-D'))})
 LM = ['configs/quickstart.py', f'--data_dir={data_dir}', '--block_size=128', '--batch_size=32',
       '--tokens_per_batch=4096', '--max_tokens=2900000', '--eval_lengths=[]', '--eval_interval=100000',
       '--ckpt_interval=20']
@@ -131,6 +155,8 @@ PARTS = {  # part -> (kind, train.py arguments, variants)
                             '--ckpt_interval=50'], CORE[:4]),
     'cpt_sw': ('lm', CPT('cpt_sw', 2e-4, 400, 10), CPT_VARIANTS),
     'cpt_sw_needle': ('task', CPT('cpt_sw_needle', 3e-4, 800, 20), CPT_VARIANTS),
+    'methods': ('lm', LM + ['--pos_encoding=rope'], ['no_wd', 'pl_d', 'vpad', *(f'{m}{s}' for m in METHODS
+                                                                                for s in ('', '_pl_d'))]),
 }
 TINY = {'lm': ['--n_layer=4', '--n_embd=32', '--n_head=2', '--max_tokens=81920', '--ckpt_interval=2'],  # 20 steps
         'task': ['--n_layer=2', '--n_embd=32', '--n_head=2', '--max_tokens=40960', '--ckpt_interval=2']}
@@ -146,6 +172,14 @@ def run_dir(part, variant, seed):
     return os.path.join(out, part, variant, f's{seed}')
 
 
+def source(part, variant):
+    """The row whose checkpoints this one needs (None if it trains from scratch): a view's, a CPT
+    part's phase 1 ('orig'), or the row a method's CPT continues (SOURCES)."""
+    if variant in VIEWS:
+        return VIEWS[variant][0]
+    return 'orig' if part in PHASE1 and variant != 'orig' else SOURCES.get(variant)
+
+
 def train(part, variant, seed, threads):
     """Train one run (or resume it), then evaluate it in a subprocess; -> None, or what failed."""
     d = run_dir(part, variant, seed)
@@ -153,7 +187,7 @@ def train(part, variant, seed, threads):
         return None
     env = {**os.environ, 'OMP_NUM_THREADS': str(threads)}
     os.makedirs(d, exist_ok=True)
-    if variant != 'sw' and not os.path.exists(os.path.join(d, 'done')):  # 'sw' trains nothing: phase 1 with windows
+    if variant not in VIEWS and not os.path.exists(os.path.join(d, 'done')):  # a view trains nothing
         resume = checkpoint.steps(d) and checkpoint.steps(d, 'optim')
         if not resume:
             shutil.rmtree(d, ignore_errors=True)
@@ -161,8 +195,9 @@ def train(part, variant, seed, threads):
         args, start = [*PARTS[part][1], *VARIANTS.get(variant, [])], 'scratch'
         if variant == 'orig':  # phase 1 of continued pre-training, with WD
             args = [*PHASE1[part][0], *VARIANTS['wd']]
-        elif part in PHASE1:  # phase 2 continues phase 1's final checkpoint (trained first: see below)
-            start = checkpoint.step_path(run_dir(part, 'orig', seed), checkpoint.steps(run_dir(part, 'orig', seed))[-1])
+        elif source(part, variant):  # CPT from its source's final checkpoint (trained first: see below)
+            src = run_dir(part, source(part, variant), seed)
+            start = checkpoint.step_path(src, checkpoint.steps(src)[-1])
         cmd = [sys.executable, 'train.py', *args, *(TINY[PARTS[part][0]] if tiny else []),
                f'--seed={seed}', f'--out_dir={d}', '--device=cpu', '--init_from=' + ('resume' if resume else start)]
         with open(os.path.join(d, 'train.log'), 'a') as log:
@@ -194,7 +229,7 @@ def lm_measures(net, windows, T, entropy=True):
 
 def task_measures(net, task, lengths, seed):
     n = 10 if tiny else TASK_SAMPLES
-    correct = correct_answers(task, net, lengths, n, seed, 'cpu') / n
+    correct = tasks.correct_answers(task, net, lengths, n, seed, 'cpu') / n
     return {'accuracy': {str(L): c for L, c in zip(lengths, correct[:, 0].tolist())},
             'token_accuracy': {str(L): c for L, c in zip(lengths, correct[:, 1].tolist())}}
 
@@ -202,15 +237,15 @@ def task_measures(net, task, lengths, seed):
 def evaluate(part, variant, seed):
     """The measures of one run at the checkpoints FRACTIONS of the way through its training, and of
     the averages of its last AVERAGE_K checkpoints of the stable phase and of the anneal (of the last
-    K = 10, 20, 30 for a CPT run, Table 12) -> eval.json. 'sw': phase 1's checkpoints with the windows."""
+    K = 10, 20, 30 for a CPT run, Table 12) -> eval.json. A view: its source's checkpoints, with its model arguments."""
     kind, d = PARTS[part][0], run_dir(part, variant, seed)
-    src = run_dir(part, 'orig', seed) if variant == 'sw' else d
+    src = run_dir(part, VIEWS[variant][0], seed) if variant in VIEWS else d
+    overrides = ({'window': PHASE1[part][1]} if variant == 'sw' else VIEWS[variant][1]) if variant in VIEWS else {}
     steps = checkpoint.steps(src)
     nearest = lambda f: min(steps, key=lambda s: abs(s - f * steps[-1]))  # noqa: E731
     stable_end = nearest(ANNEAL_START)
     picked = sorted({nearest(f) for f in FRACTIONS})
-    net, _, ckpt = checkpoint.load_model(checkpoint.step_path(src, steps[-1]),
-                                         **({'window': PHASE1[part][1]} if variant == 'sw' else {}))
+    net, _, ckpt = checkpoint.load_model(checkpoint.step_path(src, steps[-1]), **overrides)
     cfg = ckpt['config']
     if kind == 'lm':
         T = cfg['block_size']
@@ -219,8 +254,7 @@ def evaluate(part, variant, seed):
         measure = lambda entropy=True: lm_measures(net, windows, T, entropy and attends)  # noqa: E731
     else:
         T = cfg['task_max_len']
-        task = (Copy(cfg['task_vocab'], cfg['task_min_len'], T) if cfg['task'] == 'copy' else
-                Needle(cfg['task_vocab'], cfg['task_min_len'], T, cfg['needle_value_len'], cfg.get('needle_keys', 1)))
+        task = tasks.from_config(cfg)
         measure = lambda entropy=True: task_measures(net, task, cfg['eval_lengths'], cfg['seed'])  # noqa: E731
     result = {'train_length': T, 'final': steps[-1], 'stable_end': stable_end, 'steps': {}}
     for s in tqdm(picked, desc=d, leave=False):
@@ -251,20 +285,21 @@ if eval_run:
 
 # -----------------------------------------------------------------------------
 # 1. train and evaluate every run
-unknown = [p for p in parts if p not in PARTS] + [v for v in variants if v not in (*VARIANTS, *PHASE1_ROWS)]
+unknown = [p for p in parts if p not in PARTS] + [v for v in variants if v not in (*VARIANTS, *VIEWS, 'orig')]
 if unknown:
-    raise SystemExit(f"unknown parts or variants {unknown}: choose from {list(PARTS)} and {[*VARIANTS, *PHASE1_ROWS]}")
-if variants:  # a CPT part keeps its phase 1, which the others continue
-    PARTS = {p: (kind, args, [v for v in vs if v in variants or v == 'orig' and p in PHASE1])
+    raise SystemExit(f"unknown parts or variants {unknown}: choose from {list(PARTS)} and {[*VARIANTS, *VIEWS, 'orig']}")
+if variants:  # a row keeps the row whose checkpoints it needs (a CPT part its phase 1)
+    PARTS = {p: (kind, args, [v for v in vs if v in variants or v in {source(p, w) for w in variants}])
              for p, (kind, args, vs) in PARTS.items()}
 runs = [(p, v, s) for p in parts for v in PARTS[p][2] for s in seeds]
+needed = {(p, source(p, v), s) for p, v, s in runs if source(p, v)}  # trained in a first wave
 pending = [r for r in runs if not os.path.exists(os.path.join(run_dir(*r), 'eval.json'))]
 threads = max(1, (os.cpu_count() or 2) // jobs)
 print(f"{len(runs)} runs in {out}, {len(runs) - len(pending)} done; {len(pending)} to go, {jobs} at a time "
       f"on {threads} thread(s) each")
 failed = []
 with ThreadPoolExecutor(jobs) as pool, tqdm(total=len(pending), unit='run') as bar:
-    for wave in ([r for r in pending if r[1] == 'orig'], [r for r in pending if r[1] != 'orig']):  # CPT's phase 1 first
+    for wave in ([r for r in pending if r in needed], [r for r in pending if r not in needed]):
         for r, error in zip(wave, pool.map(lambda r: train(*r, threads), wave)):
             bar.update()
             if error:
@@ -320,8 +355,9 @@ def at_fit(e, x, band):
     return None
 
 
-MATCHED = [('no_wd', v) for v in VARIANTS if v != 'no_wd'] + [('wd', 'no_wd'), ('pn_d', 'pl_d'), ('pl_d', 'vpad'),
-                                                                ('vpad', 'vpad_b')]  # (reference, run)
+MATCHED = [('no_wd', v) for v in [*VARIANTS, *VIEWS] if v not in ('no_wd', 'sw')] + [
+    ('wd', 'no_wd'), ('pn_d', 'pl_d'), ('pl_d', 'vpad'), ('vpad', 'vpad_b'),
+    *[pair for m in METHODS for pair in ((m, f'{m}_pl_d'), ('pl_d', m))]]  # (reference, run)
 
 
 def matched(runs_a, runs_b):
@@ -394,7 +430,12 @@ CLAIMS = [('wd', 'no_wd', 'WD over-fits the training length: no-WD better than W
           *[('wd', v, f'SW CPT with dropout extrapolates: {NAMES[v]} better than WD', 'Table 1: WD 0.0, dropout ~100')
             for v in ('pn_d', 'pl_d', 'vpad', 'pl_d_p0.2', 'vpad_p0.2')],
           ('no_wd', 'attn_d', 'attention dropout helps: Attn-D better than no-WD', 'Tables 9, 10 (rows lost)'),
-          ('attn_d', 'pl_d', 'attention dropout helps less than PL-D: PL-D better than Attn-D', 'Tables 9, 10')]
+          ('attn_d', 'pl_d', 'attention dropout helps less than PL-D: PL-D better than Attn-D', 'Tables 9, 10'),
+          # the field's methods (docs/methods.md): does a method help, and does PL-D add to it or replace it?
+          *[('no_wd', m, f'{NAMES[m]} helps: better than no-WD (nothing)', 'its own paper') for m in METHODS],
+          *[(m, f'{m}_pl_d', f'PL-D adds to {NAMES[m]}: {NAMES[m]} + PL-D better than {NAMES[m]}', 'not in the paper')
+            for m in METHODS],
+          *[('pl_d', m, f'{NAMES[m]} instead of PL-D: {NAMES[m]} better than PL-D', 'not in the paper') for m in METHODS]]
 lines = [f"Every number: mean ± std over {len(seeds)} seeds ({', '.join(map(str, seeds))}), at the final checkpoint "
          f"unless named. A claim holds when the difference exceeds the sum of the two standard deviations. "
          f"*Raw* compares the two runs' final CE at 8-16x; *matched fit* compares the second run's final CE with "
@@ -459,12 +500,11 @@ for p in parts:
     kind, _, vs = PARTS[p]
     what = ('CE 8-16x minus CE 64-128 (the rise beyond the training length)' if kind == 'lm'
             else 'exact-match accuracy beyond the training length')
-    for group in ([v for v in vs if v in PHASE1_ROWS], [v for v in vs if v not in PHASE1_ROWS]):
-        if not group:
-            continue
+    axes = list(dict.fromkeys(tuple(P[p][v]['steps']) for v in vs))  # phase 1 and CPT have steps of their own
+    for group in ([v for v in vs if tuple(P[p][v]['steps']) == a] for a in axes):
         steps = list(P[p][group[0]]['steps'])
         along = (', phase 1 (SW: its checkpoints with the windows)' if group[0] in PHASE1_ROWS else
-                 ', CPT' if p in PHASE1 else '')
+                 ', CPT' if p in PHASE1 or group[0] in SOURCES else '')
         lines += ['', f"**{p}** across training{along}: {what}, by training step", '',
                   '| variant | ' + ' | '.join(steps) + ' |', '|---' * (len(steps) + 1) + '|']
         for v in group:
@@ -497,7 +537,8 @@ import matplotlib  # noqa: E402
 matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # noqa: E402
 
-COLORS = {v: plt.cm.tab20.colors[(2 * i) % 20 + (2 * i) // 20] for i, v in enumerate(VARIANTS)}  # 12 distinct
+COLORS = {v: plt.cm.tab20.colors[(2 * i) % 20 + (2 * i) // 20] if i < 20 else plt.cm.tab20b.colors[(4 * i) % 20 + i // 25]
+          for i, v in enumerate([*VARIANTS, *VIEWS])}  # 20 distinct, then tab20b's
 COLORS.update(orig='black', sw='gray')
 def mean_std(xs):
     """A curve ({'mean': [...], 'std': [...]}) or a list of stats -> two tensors."""
@@ -516,7 +557,7 @@ def band_plot(ax, x, values, v, **kw):
 
 
 for p in lm_parts:  # Figure 1, left: per-position CE at several steps; right: CE beyond 1x against the step
-    vs = [v for v in (*PHASE1_ROWS, *CORE) if v in P[p]]
+    vs = [v for v in (*PHASE1_ROWS, *CORE, *METHODS) if v in P[p]]
     cols = (len(vs) + 3) // 2
     fig, axes = plt.subplots(2, cols, figsize=(3.6 * cols, 7), squeeze=False)
     axes = axes.flatten()
@@ -542,7 +583,8 @@ for p in lm_parts:  # Figure 1, left: per-position CE at several steps; right: C
             if v in PHASE1_ROWS:  # measured along phase 1: its end, as a level for CPT to beat
                 ax.axhline(get(final(P[p][v]))['mean'], color=COLORS[v], ls=':', label=f'{NAMES[v]} (end of phase 1)')
                 continue
-            band_plot(ax, [int(s) for s in steps], [get(P[p][v]['steps'][s]) for s in steps], v,
+            after = int(P[p][SOURCES[v]]['final']['mean']) if v in SOURCES and p not in PHASE1 else 0  # DroPE
+            band_plot(ax, [after + int(s) for s in steps], [get(P[p][v]['steps'][s]) for s in steps], v,
                       ls='-' if v in CORE else '--')
         if p not in PHASE1:
             ax.axvline(int(P[p][vs[0]]['stable_end']['mean']), color='k', ls=':', lw=1)

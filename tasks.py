@@ -18,6 +18,15 @@ scored at longer ones, as NIAH-1 is by context length.
 With keys > 1 it is RULER's niah_multikey in symbols: `keys` needles {key} s v1 .. vk, each with
 its own name s (distinct haystack symbols), at random depths; the query {key} s asks for one of
 them, and the others are distractors that a diluted attention confuses with it.
+
+Two probes of how positions generalize (docs/methods.md), in Copy's format:
+Offset, fixed-offset retrieval: {bos} src {sep} a1 .. am {eos}, each answer token the one `offset`
+positions before it, so a piece of src that ends offset - m - 1 symbols before its end. Relative
+positions can learn the rule for every length; absolute ones learn it per position.
+DelayCopy, distance with the context length fixed: {bos} filler src filler {sep} src {eos}, the
+copy `delay` filler symbols after its source, and the front filler making every sequence as long
+as the longest test delay needs. In training the delays are in [min_len, max_len]; the test
+lengths are delays: only the distance is new, never the length.
 """
 
 import numpy as np
@@ -25,6 +34,7 @@ import torch
 
 PAD, BOS, SEP, EOS = 0, 1, 2, 3  # Needle uses SEP as its key; the symbols from 4 on are data
 FIRST_SYMBOL = 4
+LENGTHS = {'copy': 'source lengths', 'needle': 'sequence lengths', 'offset': 'source lengths', 'delay_copy': 'delays'}
 
 
 def check(vocab_size, min_len, max_len, least=1):
@@ -62,7 +72,34 @@ class Copy:
         return prompts, torch.cat([src, torch.full((n, 1), EOS)], dim=1)
 
 
-class Needle:
+class Answered:
+    """A task whose sequences end {sep} answer {eos} (Copy's layout): batches with the loss on the
+    answer and eos, and test sets; a subclass makes `sequence(L, rng)` and sets `answer_len`,
+    `block_size` and `meta`."""
+
+    def batch(self, batch_size, T, rng):
+        """batch_size sequences for lengths uniform in [min_len, max_len], padded to T inputs ->
+        inputs and targets (B, T), int64; targets are -1 except for the answer and its eos."""
+        if T < self.block_size:
+            raise ValueError(f"{type(self).__name__} needs block_size >= {self.block_size}, got {T}")
+        x = np.full((batch_size, T + 1), PAD, dtype=np.int64)
+        y = np.full((batch_size, T), -1, dtype=np.int64)
+        for i, L in enumerate(rng.integers(self.min_len, self.max_len + 1, size=batch_size)):
+            seq = self.sequence(L, rng)
+            n, m = len(seq), self.answer_len + 1  # the answer and eos: the last m tokens
+            x[i, :n] = seq
+            y[i, n - m - 1:n - 1] = seq[n - m:]  # the token before the answer, and the answer, predict it and eos
+        return torch.from_numpy(x[:, :-1]), torch.from_numpy(y)
+
+    def test_set(self, L, n, seed, stream):
+        """n held-out sequences for length L (they depend on seed, stream and L only) -> prompts up
+        to sep, and answers with eos (n, answer_len + 1)."""
+        rng = np.random.default_rng([seed, stream, L])
+        seqs = torch.from_numpy(np.stack([self.sequence(L, rng) for _ in range(n)]))
+        return seqs.split([seqs.size(1) - self.answer_len - 1, self.answer_len + 1], dim=1)
+
+
+class Needle(Answered):
     def __init__(self, vocab_size=32, min_len=32, max_len=64, value_len=4, keys=1):
         named = keys > 1  # one needle needs no name: the key symbol alone marks it
         check(vocab_size, min_len, max_len, least=keys * (value_len + 1 + named) + value_len + 3 + named)
@@ -71,7 +108,7 @@ class Needle:
             raise ValueError(f"Needle with {keys} keys needs keys >= 1 and vocab_size >= {FIRST_SYMBOL + 2 * max(1, keys)}:"
                              f" a haystack symbol for each key's name and as many for values, got {vocab_size}")
         self.vocab_size, self.min_len, self.max_len, self.value_len = vocab_size, min_len, max_len, value_len
-        self.keys = keys
+        self.keys, self.answer_len = keys, value_len
         self.block_size = max_len  # a sequence of L tokens: L - 1 inputs (and the PAD after eos)
         self.meta = {'tokenizer': {'kind': 'symbols', 'n_vocab': vocab_size, 'eot': EOS}, 'vocab_size': vocab_size}
 
@@ -95,24 +132,66 @@ class Needle:
         pieces = [[BOS]] + [p for i in range(n) for p in (hay[depths[i - 1] if i else 0:depths[i]], needles[i])]
         return np.concatenate(pieces + [hay[depths[-1]:], asked, [EOS]])
 
-    def batch(self, batch_size, T, rng):
-        """batch_size sequences with lengths uniform in [min_len, max_len], padded to T inputs ->
-        inputs and targets (B, T), int64; targets are -1 except for the answer and its eos."""
-        if T < self.block_size:
-            raise ValueError(f"Needle with max_len {self.max_len} needs block_size >= {self.block_size}, got {T}")
-        x = np.full((batch_size, T + 1), PAD, dtype=np.int64)
-        y = np.full((batch_size, T), -1, dtype=np.int64)
-        for i, L in enumerate(rng.integers(self.min_len, self.max_len + 1, size=batch_size)):
-            x[i, :L] = self.sequence(L, rng)
-            y[i, L - self.value_len - 2:L - 1] = x[i, L - self.value_len - 1:L]  # the query's last and value predict value and eos
-        return torch.from_numpy(x[:, :-1]), torch.from_numpy(y)
+    def test_set(self, L, n, seed):
+        return super().test_set(L, n, seed, 8)
+
+
+class Offset(Answered):
+    def __init__(self, vocab_size=16, min_len=32, max_len=64, offset=8, answer_len=4):
+        check(vocab_size, min_len, max_len, least=offset)
+        if not 1 <= answer_len < offset:
+            raise ValueError(f"Offset needs 1 <= answer_len < offset (the answer looks back into the source), "
+                             f"got {answer_len}, {offset}")
+        self.vocab_size, self.min_len, self.max_len = vocab_size, min_len, max_len
+        self.offset, self.answer_len = offset, answer_len
+        self.block_size = max_len + answer_len + 2  # the inputs of the longest sequence
+        self.meta = {'tokenizer': {'kind': 'symbols', 'n_vocab': vocab_size, 'eot': EOS}, 'vocab_size': vocab_size}
+
+    def sequence(self, L, rng):
+        """bos, L source symbols, sep, the answer (token j at position L + 1 + j is the one at
+        L + 1 + j - offset: source symbol L + 1 + j - offset, counted from 1), eos."""
+        src = rng.integers(FIRST_SYMBOL, self.vocab_size, size=L)
+        answer = src[L - self.offset + 1:L - self.offset + 1 + self.answer_len]
+        return np.concatenate([[BOS], src, [SEP], answer, [EOS]])
 
     def test_set(self, L, n, seed):
-        """n held-out sequences of L tokens (they depend on seed and L only) -> prompts up to the
-        query (n, L - k - 1) and answers (n, k + 1)."""
-        rng = np.random.default_rng([seed, 8, L])
-        seqs = torch.from_numpy(np.stack([self.sequence(L, rng) for _ in range(n)]))
-        return seqs.split([L - self.value_len - 1, self.value_len + 1], dim=1)
+        return super().test_set(L, n, seed, 9)
+
+
+class DelayCopy(Answered):
+    def __init__(self, vocab_size=16, min_len=4, max_len=16, copy_len=8, longest=64):
+        check(vocab_size, min_len, max_len, least=0)
+        if max_len > longest or copy_len < 1:
+            raise ValueError(f"DelayCopy needs copy_len >= 1 and its longest test delay ({longest}) >= the "
+                             f"training delays ({min_len}-{max_len}), got {copy_len}")
+        self.vocab_size, self.min_len, self.max_len, self.answer_len = vocab_size, min_len, max_len, copy_len
+        self.first_value = (FIRST_SYMBOL + vocab_size) // 2  # the fillers' symbols below, the sources' from here
+        self.length = longest + 2 * copy_len + 3  # every sequence: bos, filler, src, delay, sep, src, eos
+        self.block_size = self.length - 1
+        self.meta = {'tokenizer': {'kind': 'symbols', 'n_vocab': vocab_size, 'eot': EOS}, 'vocab_size': vocab_size}
+
+    def sequence(self, delay, rng):
+        n = self.answer_len
+        src = rng.integers(self.first_value, self.vocab_size, size=n)
+        filler = FIRST_SYMBOL + np.arange(self.length - 2 * n - 3) % (self.first_value - FIRST_SYMBOL)
+        front = len(filler) - delay
+        return np.concatenate([[BOS], filler[:front], src, filler[front:], [SEP], src, [EOS]])
+
+    def test_set(self, L, n, seed):
+        return super().test_set(L, n, seed, 10)
+
+
+def from_config(c):
+    """The task of a train.py config (c['task']: 'copy', 'needle', 'offset' or 'delay_copy');
+    its test lengths are c['eval_lengths']."""
+    v, lo, hi = c['task_vocab'], c['task_min_len'], c['task_max_len']
+    if c['task'] == 'copy':
+        return Copy(v, lo, hi)
+    if c['task'] == 'offset':
+        return Offset(v, lo, hi, c['task_offset'], c['needle_value_len'])
+    if c['task'] == 'delay_copy':
+        return DelayCopy(v, lo, hi, c['needle_value_len'], max(c['eval_lengths'], default=hi))
+    return Needle(v, lo, hi, c['needle_value_len'], c.get('needle_keys', 1))
 
 
 @torch.no_grad()

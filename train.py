@@ -5,10 +5,9 @@ Train a model from scratch, continue pre-training (CPT) from a checkpoint, or re
     torchrun --standalone --nproc_per_node=8 train.py configs/vpad.py     # DDP on 8 GPUs
     python train.py configs/quickstart.py --dropout_type=pre_linear --out_dir=out/pld
 
-Every global below is a config key: set it in a config file or as --key=value (configurator.py).
-The whole resolved config is printed and stored in every checkpoint. The file reads top to
-bottom: the config, its checks, the data, the model (the three ways in), the optimizer, the
-step, the evaluation, the loop.
+Every global below is a config key, set in a config file or as --key=value (configurator.py), and
+the resolved config is stored in every checkpoint. The file reads top to bottom: config, checks,
+data, model (the three ways in), optimizer, evaluation, one training step, the loop.
 """
 
 import collections
@@ -27,13 +26,13 @@ import torch.utils.checkpoint
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import checkpoint
-import processes
 import hardware
+import processes
+import tasks
 from configurator import configure
-from measures import position_loss, report, task_accuracy
+from measures import eval_line, position_loss, report, task_accuracy, val_loss
 from runlog import RunLog
-from tasks import Copy, Needle
-from tokens import TRAIN, VAL, batch_rng, micro_batches, training_data
+from tokens import TRAIN, batch_rng, micro_batches, training_data
 
 # -----------------------------------------------------------------------------
 # I/O
@@ -49,15 +48,16 @@ eval_iters = 20  # validation batches at the training length
 eval_lengths = [2048, 4096, 8192, 16384]  # lm: mean per-position loss in the bands (L1/2, L1], (L1, L2], ...
 eval_windows = 16  # lm: validation windows of max(eval_lengths) tokens for the per-position loss
 # data
-task: Literal['lm', 'copy', 'needle'] = 'lm'  # lm: next-token prediction on data_dir; or a task of tasks.py
+task: Literal['lm', 'copy', 'needle', 'offset', 'delay_copy'] = 'lm'  # lm: on data_dir; or a task of tasks.py
 data_dir = 'data/shakespeare/byte'  # lm: train*.bin / val*.bin shards and meta.json (data/*/prepare.py)
 train_tokens = 0  # lm: if > 0, train on the first train_tokens tokens only (repeated: a corpus to over-fit)
-task_vocab = 32  # copy/needle: symbols, the 4 special ones included
-task_min_len = 50  # copy/needle: lengths at training (copy: of the source, needle: of the sequence), uniform
-task_max_len = 100  # in [task_min_len, task_max_len]; the test lengths are eval_lengths (exact-match answers)
-task_eval_samples = 100  # copy/needle: held-out samples per test length
-needle_value_len = 4  # needle: symbols in the needle's value
+task_vocab = 32  # tasks: symbols, the 4 special ones included
+task_min_len = 50  # tasks: lengths in training (tasks.LENGTHS says of what), uniform in
+task_max_len = 100  # [task_min_len, task_max_len]; the test lengths are eval_lengths
+task_eval_samples = 100  # tasks: held-out samples per test length, scored by exact-match answers
+needle_value_len = 4  # needle: symbols in its value; offset: in the answer; delay_copy: in the source
 needle_keys = 1  # needle: needles in the haystack (> 1: the query names one, the others distract)
+task_offset = 8  # offset: each answer token is the one this many positions before it
 batch_size = 16  # sequences per micro-step, per process
 block_size = 2048  # training context length
 tokens_per_batch = 524288  # tokens per optimizer step, all processes and micro-steps together
@@ -93,19 +93,18 @@ wandb_log = False  # also log to Weights & Biases (pip install wandb) what log.j
 wandb_project = 'length-generalization'
 wandb_run_name = ''  # default: out_dir's name
 # -----------------------------------------------------------------------------
-MODEL_KEYS = {f.name for _, cfg in checkpoint.MODELS.values() for f in fields(cfg)}
 given = set()
 MODEL_FILES = [sys.modules[cfg.__module__].__file__ for _, cfg in checkpoint.MODELS.values()]  # for --help
 config = configure(globals(), sys.argv[1:], given=given, help_sources=MODEL_FILES)
 globals().update(config)
-user_model_keys = given & MODEL_KEYS  # the model keys this run's config sets
+user_model_keys = given & {f.name for _, cfg in checkpoint.MODELS.values() for f in fields(cfg)}
 
 
 def check_config():
     """The config errors that need neither data nor a model, before anything is written."""
     errors = [
-        *[(config[k] < 1, f"{k} must be at least 1 (iterations), got {config[k]}")
-          for k in ('log_interval', 'eval_interval', 'ckpt_interval')],
+        *[(config[k] < 1, f"{k} must be at least 1, got {config[k]}")
+          for k in ('log_interval', 'eval_interval', 'ckpt_interval', 'batch_size')],
         (keep_last < 0 or halt_at < 0,
          f"keep_last (0 keeps every checkpoint) and halt_at (0: run to the end) must be >= 0, got "
          f"{keep_last} and {halt_at}"),
@@ -116,25 +115,19 @@ def check_config():
          f"and warm-up plus anneal at most 1"),
         (skip_steps < 0 or skip_steps and init_from != 'resume',
          f"skip_steps ({skip_steps}) skips batches of a resumed run: >= 0, with --init_from=resume"),
-        (batch_size < 1, f"batch_size must be at least 1, got {batch_size}"),
+        (max_tokens < tokens_per_batch, f"max_tokens ({max_tokens:g}) is less than one step of "
+                                        f"tokens_per_batch ({tokens_per_batch}): nothing to train"),
     ]
     for failed, message in errors:
         if failed:
             raise SystemExit(f"config error: {message}")
-    if wandb_log:
-        try:
-            import wandb  # noqa: F401
-        except ImportError:
-            raise SystemExit("config error: wandb_log=True needs wandb: pip install wandb (or no wandb_log)")
 
 
 check_config()
 
 # the processes: one per GPU under torchrun (NCCL), or per CPU process (gloo); or just this one
 distributed = 'RANK' in os.environ
-if device == 'auto':
-    device = 'cuda' if torch.cuda.is_available() else 'mps' if torch.backends.mps.is_available() else 'cpu'
-rank, world, device = processes.start(device)
+rank, world, device = processes.start(device)  # device 'auto': cuda, mps, else cpu
 master = rank == 0
 sharded = distributed and parallel == 'fsdp'
 # evaluation is split among DDP processes; FSDP processes must all run every forward, so each does it all
@@ -147,20 +140,14 @@ if compile is None:
     compile = device_type == 'cuda'
 if device_type == 'cuda':
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-
-
-def say(*args):
-    if master:
-        print(*args, flush=True)
-
+say = functools.partial(print, flush=True) if master else lambda *args: None
 
 # data, and the batch arithmetic
-if task in ('copy', 'needle'):
-    train_data = val_data = (Copy(task_vocab, task_min_len, task_max_len) if task == 'copy' else
-                             Needle(task_vocab, task_min_len, task_max_len, needle_value_len, needle_keys))
+if task != 'lm':
+    train_data = val_data = tasks.from_config(config)
     block_size = config['block_size'] = train_data.block_size  # the longest sequence, padded to
-    say(f"data: the {task} task, {task_vocab} symbols, {'source' if task == 'copy' else 'sequence'} lengths "
-        f"{task_min_len}-{task_max_len}, sequences padded to {block_size}")
+    say(f"data: the {task} task, {task_vocab} symbols, {tasks.LENGTHS[task]} {task_min_len}-{task_max_len}, "
+        f"sequences padded to {block_size}")
 else:
     train_data, val_data = training_data(data_dir, block_size, train_tokens, max_tokens)
     epochs = f"; {max_tokens / len(train_data):.1f} epochs" if train_tokens else ""
@@ -175,9 +162,6 @@ if micro_batch < batch_size:
         f"batches and masks")
 batch_size = micro_batch
 max_iters = int(max_tokens // tokens_per_batch)
-if max_iters < 1:
-    raise SystemExit(f"config error: max_tokens ({max_tokens:g}) is less than one step of tokens_per_batch "
-                     f"({tokens_per_batch}): nothing to train")
 if vocab_size is None:
     vocab_size = config['vocab_size'] = -(-train_data.meta['vocab_size'] // 64) * 64
 say(f"{max_iters:,} iterations of {tokens_per_batch:,} tokens = {world} processes x {grad_accum} micro-steps "
@@ -203,10 +187,7 @@ if init_from == 'resume':
     if cpt_from:  # a CPT run: its architecture is the source's, as when it started
         model_type = config['model_type'] = ckpt['model_type']
         model_args = checkpoint.cpt_model_args(ckpt['model_args'], config, user_model_keys, cpt_from)
-    checkpoint.check_resume(ckpt, model_type, model_args, out_dir)
-    if 0 < halt_at <= start_iter:
-        raise SystemExit(f"config error: halt_at = {halt_at}, but the run resumes at iteration {start_iter}: "
-                         f"give a later halt_at, or 0 to run to the end")
+    checkpoint.check_resume(ckpt, model_type, model_args, out_dir, halt_at)
     say(f"resuming {out_dir} at iteration {start_iter}")
 elif init_from != 'scratch':
     set_type = model_type if 'model_type' in given else None  # else the checkpoint's
@@ -231,7 +212,7 @@ if ckpt is not None:
     del ckpt
 model.to(device)
 if model_args.get('pos_encoding') == 'learned' and eval_lengths and max(eval_lengths) > block_size:
-    eval_lengths = [L for L in eval_lengths if L <= block_size]
+    eval_lengths = config['eval_lengths'] = [L for L in eval_lengths if L <= block_size]
     say(f"learned absolute positions stop at block_size: per-position loss only up to {block_size}")
 say(f"{model_type}: {model.num_params() / 1e6:.2f}M parameters without embeddings, "
     f"{model.num_params(False) / 1e6:.2f}M in all")
@@ -274,36 +255,25 @@ if compile:  # after the DDP wrap, PyTorch's documented order. Dynamo's DDPOptim
 
 
 # -----------------------------------------------------------------------------
-# evaluation: the loss at the training length, and beyond it (lm) or by length (copy, needle)
+# evaluation: the loss at the training length, and beyond it (lm) or by length (tasks)
 
-def all_sum(t):
-    """Sum a tensor over the processes that shared the work (identity in one process)."""
+def all_sum(t):  # a tally summed over the processes that shared the work (identity in one process)
     if distributed:
         dist.all_reduce(t)
     return t
 
 
-def eval_sum(t):
-    """Sum an evaluation tally over the processes that split it (under FSDP each process does it all)."""
-    return t if sharded else all_sum(t)
-
-
 @torch.no_grad()
 def evaluate():
     """Validation loss at the training length; at eval_lengths, the per-position loss (lm) or the
-    accuracy of greedy answers (copy, needle): measures.py. Shared among processes."""
+    accuracy of greedy answers (tasks): measures.py. Shared among processes."""
     raw_model.eval()
-    acc = torch.zeros(2, device=device)  # loss sum, count
-    for i in range(eval_rank, eval_iters, eval_world):
-        x, y = val_data.batch(batch_size, block_size, batch_rng(seed, VAL, i))
-        with autocast:
-            acc[0] += raw_model(x.to(device), y.to(device))[1].float()
-        acc[1] += 1
-    result = {'val_loss': (eval_sum(acc)[0] / acc[1]).item()}
+    shared = dict(device=device, autocast=autocast, rank=eval_rank, world=eval_world,
+                  reduce=(lambda t: t) if sharded else all_sum)  # under FSDP each process does it all
+    result = val_loss(raw_model, val_data, eval_iters, batch_size, block_size, seed, **shared)
     if eval_lengths:
         if sharded:  # the embedding and the head live outside the blocks: gathered for the cache paths
             raw_model.unshard()
-        shared = dict(device=device, autocast=autocast, rank=eval_rank, world=eval_world, reduce=eval_sum)
         result.update(position_loss(raw_model, val_data, eval_lengths, eval_windows, block_size, **shared)
                       if task == 'lm' else
                       task_accuracy(train_data, raw_model, eval_lengths, task_eval_samples, seed, **shared))
@@ -313,13 +283,6 @@ def evaluate():
             raw_model.reshard()
     raw_model.train()
     return result
-
-
-def print_eval(it, r):
-    bands = '  '.join(f"{k}: {v:.4f}" for k, v in r.get('position_loss', {}).items())
-    answers = '  '.join(f"{k}: {v:.2f}" for k, v in r.get('accuracy', {}).items())
-    say(f"iter {it}: val loss {r['val_loss']:.4f}" + (f" | per-position loss {bands}" if bands else "")
-        + (f" | {task} accuracy by length {answers}" if answers else ""))
 
 
 # -----------------------------------------------------------------------------
@@ -363,39 +326,31 @@ def forward_backward(it, backward=True):
     return (all_sum(loss_sum) / (grad_accum * world)).item()
 
 
-def divergence(loss, grad_norm=0.0):
-    """Why the current weights must not be kept (None if they may): a loss or gradient that is not
-    finite, or a loss spike_threshold nats above a reference (weights blown up by a huge step give
-    a uniform output, ln(vocab), without ever reaching NaN). The reference is the lowest of the
-    recent losses; over the first 5 steps, while the loss falls fast, the first loss recorded."""
-    if not (math.isfinite(loss) and math.isfinite(grad_norm)):
-        return f"loss {loss}, gradient norm {grad_norm} (not finite)"
+def check_divergence(it, loss, grad_norm=0.0):
+    """Exit without saving if the weights of iteration it must not be kept: a loss or gradient that
+    is not finite, or a loss spike_threshold nats above a reference (weights blown up by a huge step
+    give a uniform output, ln(vocab), without ever reaching NaN). The reference is the lowest of the
+    recent losses; over the first 5 steps, while the loss falls fast, the first loss recorded. The
+    message names the last good checkpoint (the newest: each passed this check before it was saved)."""
     if len(recent) >= 5:
         reference, what = min(recent), f"the lowest of the last {len(recent)}"
     else:  # the first steps
         reference, what = (recent[0], "the first loss") if recent else (math.inf, '')
-    if spike_threshold and loss > reference + spike_threshold:
-        return (f"loss {loss:.4f}, {loss - reference:.2f} nats above {what} (spike_threshold = "
-                f"{spike_threshold}; 0 turns the check off)")
-    return None
-
-
-def stop(it, why):
-    """Diverged: exit without saving. Every checkpoint on disk was saved only after its own weights
-    passed divergence(), so the newest one is good, and its optimizer state is still beside it."""
-    kept = [s for s in checkpoint.pairs(out_dir) if s <= it]
-    good = checkpoint.step_path(out_dir, kept[-1]) if kept else None
-    say(f"stopping at iteration {it}: {why}. Nothing was saved from these weights. " +
-        (f"The last good checkpoint is {good} (its optimizer state beside it): resume from it with "
-         f"--init_from=resume --skip_steps={it - kept[-1] + 1} (skips the batches of iterations "
-         f"{kept[-1]}-{it}, which led here), or with a lower learning_rate or a longer warm-up." if good else
-         "No checkpoint was saved yet: start again with a lower learning_rate or a longer warm-up."))
+    if not (math.isfinite(loss) and math.isfinite(grad_norm)):
+        why = f"loss {loss}, gradient norm {grad_norm} (not finite)"
+    elif spike_threshold and loss > reference + spike_threshold:
+        why = (f"loss {loss:.4f}, {loss - reference:.2f} nats above {what} (spike_threshold = "
+               f"{spike_threshold}; 0 turns the check off)")
+    else:
+        return
+    good, how = checkpoint.after_divergence(out_dir, it)
+    say(f"stopping at iteration {it}: {why}. Nothing was saved from these weights. {how}")
     log({'event': 'diverged', 'iter': it, 'reason': why, 'last_good': good, 'config': config})
     sys.exit(1)
 
 
 def save_checkpoint(it):
-    """The weights of iteration it, checked by divergence() but not yet stepped, and the optimizer
+    """The weights of iteration it, checked by check_divergence() but not yet stepped, and the optimizer
     state beside them (checkpoint.save_pair: atomic, the newest keep_last kept)."""
     state = processes.model_state(raw_model) if sharded else raw_model.state_dict()  # FSDP: gathered from all
     optim = processes.optimizer_state(raw_model, optimizer) if sharded else optimizer.state_dict()
@@ -426,14 +381,11 @@ t0 = time.time()
 while True:
     last, halt = it == max_iters, 0 < halt_at == it
     if it % eval_interval == 0 or last:
-        result = evaluate()  # evaluate, print_eval: under "evaluation" above
-        print_eval(it, result)
+        result = evaluate()  # under "evaluation" above
+        say(eval_line(it, result, task))
         log({'event': 'eval', 'iter': it, **result})  # log: a runlog.RunLog, made with the model
     if last or halt:  # the weights to save have not been through a training forward yet: check them first
-        with torch.no_grad():  # forward_backward, divergence, stop, save_checkpoint: "one training step"
-            why = divergence(forward_backward(it, backward=False))
-        if why:
-            stop(it, why)
+        check_divergence(it, forward_backward(it, backward=False))  # these three: under "one training step"
         save_checkpoint(it)
         break
 
@@ -444,9 +396,7 @@ while True:
     loss = forward_backward(it)
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip if grad_clip > 0 else math.inf)
     grad_norm = (grad_norm.full_tensor() if hasattr(grad_norm, 'full_tensor') else grad_norm).item()  # FSDP
-    why = divergence(loss, grad_norm)
-    if why:
-        stop(it, why)
+    check_divergence(it, loss, grad_norm)
     if it > start_iter and it % ckpt_interval == 0:
         save_checkpoint(it)
     recent.append(loss)
@@ -464,19 +414,7 @@ while True:
             f"tok/s{mfu}")
         log({'event': 'train', 'iter': it, 'loss': loss, 'lr': lr, 'grad_norm': grad_norm, 'ms': dt * 1000})
 
-if master and last and 'position_loss' in result:  # the final tables: measures.report
-    say(report(result, f"\nper-position validation loss (nats/token) of {out_dir} at iteration {it}, trained "
-                       f"on {block_size} tokens ({result['windows']} windows of {max(eval_lengths)}):"))
-if master and last and 'accuracy' in result:
-    say(report(result, f"\n{task} accuracy of {out_dir} at iteration {it}, trained on "
-                       f"{'source' if task == 'copy' else 'sequence'} lengths {task_min_len}-{task_max_len} "
-                       f"({task_eval_samples} held-out samples per length): exact-match answers, and the "
-                       f"fraction of right tokens"))
+if last and ('position_loss' in result or 'accuracy' in result):
+    say(report(result, it, config))  # the final table: measures.report
 if distributed:
-    dist.barrier()  # every rank done (rank 0 was writing) before the group goes
-    dist.destroy_process_group()
-    # gloo (CPU) can abort a process at interpreter exit ("terminate called without an active
-    # exception", about one run in eight): everything is written and synced, so leave at once
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    processes.finish()

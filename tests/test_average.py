@@ -10,7 +10,6 @@ from dataclasses import asdict
 import pytest
 import torch
 
-import average_ckpts
 import checkpoint
 from conftest import ROOT
 from mamba import Mamba2, Mamba2Config
@@ -81,8 +80,8 @@ def test_script_averages_the_last_K_and_every_eval_script_loads_it(tmp_path):
         assert torch.equal(v, ((states[30][k].double() + states[40][k].double()) / 2).float())
     assert checkpoint.steps(str(run_dir)) == [10, 20, 30, 40]  # the average is not mistaken for a step
     # every other one, counted back from the newest; a step range; explicit steps
-    assert average_ckpts.select(str(run_dir), 2, 2, 0, -1) == [20, 40]
-    assert average_ckpts.select(str(run_dir), 0, 1, 15, 35) == [20, 30]
+    assert checkpoint.select(str(run_dir), 2, 2, 0, -1) == [20, 40]
+    assert checkpoint.select(str(run_dir), 0, 1, 15, 35) == [20, 30]
     r = run(f'--ckpt_dir={run_dir}', '--steps=[10, 40]', f'--out={tmp_path}/x.pt')
     assert r.returncode == 0 and checkpoint.load(str(tmp_path / 'x.pt'))['averaged_steps'] == [10, 40]
 

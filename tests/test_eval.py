@@ -1,4 +1,4 @@
-"""ruler.py's NIAH prompts and metrics, eval_niah.py's harness (with a test double for the
+"""ruler.py's NIAH prompts and metrics, its NIAH-1 harness (with a test double for the
 model), eval_loss.py against a direct full-sequence computation, the attention-entropy probe,
 and their errors."""
 
@@ -16,7 +16,6 @@ import torch
 import torch.nn.functional as F
 
 import checkpoint
-import eval_niah
 import ruler
 from conftest import ROOT
 from measures import attention_entropy
@@ -97,14 +96,14 @@ class Oracle:
 
 def test_harness_scores_100_for_the_needle_and_0_without(tmp_path):
     lengths, depths = [1024, 2048], [0, 100]
-    right = eval_niah.evaluate(Oracle(), BYTE, ruler.Results(str(tmp_path / 'a.jsonl')), lengths, 3, depths, 1)
+    right = ruler.evaluate_niah(Oracle(), BYTE, ruler.Results(str(tmp_path / 'a.jsonl')), lengths, 3, depths, 1)
     assert right == {'niah_1': {1024: 100.0, 2048: 100.0}, 'depth_x_length': {0: {1024: 100.0, 2048: 100.0},
                                                                               100: {1024: 100.0, 2048: 100.0}}}
-    wrong = eval_niah.evaluate(Oracle(right=False), BYTE, ruler.Results(str(tmp_path / 'b.jsonl')), lengths, 3)
+    wrong = ruler.evaluate_niah(Oracle(right=False), BYTE, ruler.Results(str(tmp_path / 'b.jsonl')), lengths, 3)
     assert wrong['niah_1'] == {1024: 0.0, 2048: 0.0}
     # resumable: a second run over the same file asks the model nothing
     again = Oracle(right=False)
-    assert eval_niah.evaluate(again, BYTE, ruler.Results(str(tmp_path / 'a.jsonl')), lengths, 3, depths, 1) == right
+    assert ruler.evaluate_niah(again, BYTE, ruler.Results(str(tmp_path / 'a.jsonl')), lengths, 3, depths, 1) == right
     assert again.calls == 0
     rows = [json.loads(line) for line in open(tmp_path / 'a.jsonl')]
     assert len(rows) == 10 and rows[0]['prediction'] == rows[0]['answers'][0] + '.'

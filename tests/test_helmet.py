@@ -13,7 +13,6 @@ import pytest
 import torch
 
 import checkpoint
-import eval_helmet
 import helmet
 import ruler
 from model import Transformer, TransformerConfig
@@ -185,21 +184,21 @@ def test_harness(tmp_path):
             fields, text = helmet.sample(t, BYTE, 1024, f"{t}/1024/{i}", 42, DATA, {}, index=i)
             answers[text], task_of[text] = fields['answer'], t
     results, knower = ruler.Results(str(tmp_path / 'a.jsonl')), Knower(answers)
-    r = eval_helmet.evaluate(knower, BYTE, results, tasks, lengths, 2, 42, DATA, say=lambda *a: None)
+    r = helmet.evaluate(knower, BYTE, results, tasks, lengths, 2, 42, DATA, say=lambda *a: None)
     assert r['scores'] == {t: {1024: 100.0} for t in tasks} and r['recall'] == {1024: 100.0}
     assert knower.limits == {text: helmet.TASKS[t][1] for text, t in task_of.items()}  # HELMET's tokens to generate
     assert len(results.rows) == 8 and {row['depth'] for row in results.rows.values()} == {None, 0.0, 0.2}
-    silent = eval_helmet.evaluate(Knower(answers, silent=True), BYTE, ruler.Results(str(tmp_path / 'b.jsonl')), tasks,
+    silent = helmet.evaluate(Knower(answers, silent=True), BYTE, ruler.Results(str(tmp_path / 'b.jsonl')), tasks,
                                   lengths, 2, 42, DATA, say=lambda *a: None)
     assert silent['recall'] == {1024: 0.0} and silent['empty']['json_kv'] == {1024: 2}
     said = []
-    short = eval_helmet.evaluate(Knower(answers), BYTE, ruler.Results(str(tmp_path / 'c.jsonl')), ['json_kv'], [200, 1024],
+    short = helmet.evaluate(Knower(answers), BYTE, ruler.Results(str(tmp_path / 'c.jsonl')), ['json_kv'], [200, 1024],
                                  1, 42, DATA, say=said.append)
     assert short['too_short'].keys() == {'json_kv/200'} and any('not run: json_kv at 200' in s for s in said)
     assert math.isnan(short['recall'][200]) and short['recall'][1024] == 100.0
     with pytest.raises(SystemExit, match="unknown HELMET recall task 'niah_multikey_2'"):
-        eval_helmet.task_list(['json_kv', 'niah_multikey_2'])
-    assert eval_helmet.task_list('recall') == list(helmet.TASKS) and eval_helmet.task_list('json_kv') == ['json_kv']
+        helmet.task_list(['json_kv', 'niah_multikey_2'])
+    assert helmet.task_list('recall') == list(helmet.TASKS) and helmet.task_list('json_kv') == ['json_kv']
 
 
 def test_eval_helmet_script(tmp_path):

@@ -1,4 +1,4 @@
-"""eval_lm.py: lm-eval's three requests answered by our models (a NAPE transformer and Mamba2)
+"""lengthgen.py: lm-eval's three requests answered by our models (a NAPE transformer and Mamba2)
 equal a direct computation with the model: loglikelihoods from log_softmax of its logits,
 rolling loglikelihoods from its per-token losses, generation from model.generate cut at the stop
 string. Then through lm-eval's evaluator on local task files (JSONL in tmp_path, offline), by the
@@ -17,8 +17,8 @@ import torch.nn.functional as F
 lm_eval = pytest.importorskip('lm_eval')
 
 import checkpoint  # noqa: E402
-import eval_lm  # noqa: E402
 from conftest import ROOT  # noqa: E402
+import lengthgen  # noqa: E402
 from lm_eval.api.instance import Instance  # noqa: E402
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window  # noqa: E402
 from mamba import Mamba2, Mamba2Config  # noqa: E402
@@ -84,7 +84,7 @@ def requests(kind, *args):
 @pytest.mark.parametrize('kind', ['transformer', 'mamba2'])
 def test_requests_equal_a_direct_computation(tmp_path, kind):
     path = save_lively(tmp_path / 'ckpt_000007.pt', kind)
-    lm = eval_lm.LengthGenLM(path, device='cpu', batch_size=3)
+    lm = lengthgen.LengthGenLM(path, device='cpu', batch_size=3)
     model = checkpoint.load_model(path)[0]
     assert lm.max_length == 64  # the trained length, from the checkpoint's config
     greedy = direct_generation(model, 'the grass is', [], 5)
@@ -107,7 +107,7 @@ def test_requests_equal_a_direct_computation(tmp_path, kind):
         want += direct_logprob(model, ctx, pred)[0]
     assert 2 * 64 < len(BYTE.encode(long)) < 3 * 64 and got[1] == pytest.approx(want, **TOL)
     # with max_length past the text, one pass through the cache: the sum of the per-token losses
-    one = eval_lm.LengthGenLM(path, device='cpu', max_length=256, chunk_size=48)
+    one = lengthgen.LengthGenLM(path, device='cpu', max_length=256, chunk_size=48)
     seq = torch.tensor([[BYTE.eot] + BYTE.encode(long)])
     assert one.loglikelihood_rolling(requests('loglikelihood_rolling', (long,)))[0] == \
         pytest.approx(-model.position_losses(seq[:, :-1], seq[:, 1:]).double().sum().item(), **TOL)
@@ -170,7 +170,7 @@ def test_local_tasks_through_lm_eval_and_the_script(tmp_path):
         for (context, continuation), resp in zip(s['arguments'], s['resps']):
             assert resp[0][0] == pytest.approx(direct_loglikelihood(model, context, continuation)[0], **TOL)
     lls = [lm.loglikelihood_rolling(requests('loglikelihood_rolling', (d['text'],)))[0]
-           for lm in [eval_lm.LengthGenLM(path, device='cpu')] for d in roll]
+           for lm in [lengthgen.LengthGenLM(path, device='cpu')] for d in roll]
     assert r['tiny_roll']['byte_perplexity,none'] == pytest.approx(
         torch.tensor(-sum(lls) / sum(len(d['text'].encode()) for d in roll)).exp().item(), rel=1e-5)
     assert results['config']['ckpt'] == path and results['config']['step'] == 7
@@ -185,17 +185,18 @@ def test_local_tasks_through_lm_eval_and_the_script(tmp_path):
     assert saved['results']['tiny_mc']['acc,none'] == pytest.approx(2 / 3)  # the first 3 docs: right, wrong, right
     assert 'tiny_mc' in p.stdout and 'exact_match' in p.stdout and 'samples' not in saved  # lm-eval's table
     manager = TaskManager(include_path=str(tmp_path / 'tasks'), include_defaults=False)
-    assert eval_lm.task_names('tiny_mc, tiny_gen', manager) == eval_lm.task_names(['tiny_mc', 'tiny_gen'], manager)
+    assert lengthgen.task_names('tiny_mc, tiny_gen', manager) == lengthgen.task_names(['tiny_mc', 'tiny_gen'], manager)
     with pytest.raises(SystemExit, match=r"unknown lm-eval task\(s\): tiny_mx \(did you mean 'tiny_mc'\?\)"):
-        eval_lm.task_names('tiny_mc,tiny_mx', manager)
+        lengthgen.task_names('tiny_mc,tiny_mx', manager)
 
 
-def test_lm_eval_cli_after_importing_eval_lm(tmp_path):
-    """lm-eval's own CLI finds the class by its registered name once eval_lm is imported (the
-    route eval_lm.py's docstring gives: lm-eval has no plugin mechanism for models)."""
+def test_lm_eval_cli_after_importing_lengthgen(tmp_path):
+    """lm-eval's own CLI finds the class by its registered name once lengthgen is imported (the
+    route lengthgen.py's docstring gives: lm-eval has no plugin mechanism for models)."""
     path = save_lively(tmp_path / 'ckpt_000007.pt')
     write_tasks(tmp_path / 'tasks', checkpoint.load_model(path)[0])
-    p = subprocess.run([sys.executable, '-c', 'import eval_lm; from lm_eval.__main__ import cli_evaluate; cli_evaluate()',
+    cli = 'import lengthgen; from lm_eval.__main__ import cli_evaluate; cli_evaluate()'
+    p = subprocess.run([sys.executable, '-c', cli,
                         '--model', 'lengthgen', '--model_args', f'ckpt={path}', '--device', 'cpu', '--tasks', 'tiny_gen',
                         '--include_path', str(tmp_path / 'tasks'), '--output_path', str(tmp_path / 'cli.json')],
                        cwd=ROOT, capture_output=True, text=True, timeout=300)

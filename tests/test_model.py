@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from conftest import ROOT
 from attention import attention, flex
-from model import Transformer, TransformerConfig, alibi_slopes, apply_rope, rope_cos_sin
+from model import Transformer, TransformerConfig, alibi_slopes, apply_rope, rope_cos_sin, rope_frequencies
 
 SMALL = dict(vocab_size=61, block_size=64, n_layer=2, n_head=4, n_embd=32)
 
@@ -139,7 +139,7 @@ def test_alibi_slopes():
 def test_rope_is_a_rotation_of_half_pairs():
     """Rotate-half RoPE = multiplying (x_i + i x_{i+d/2}) by e^{i pos theta^(-2i/d)}."""
     x = torch.randn(1, 2, 7, 16)
-    cos, sin = rope_cos_sin(3, 7, 16, 500.0, 'cpu')
+    cos, sin = rope_cos_sin(torch.arange(3, 10), rope_frequencies(16, 500.0, 'cpu')[0])
     z = torch.complex(x[..., :8], x[..., 8:])
     angle = torch.arange(3, 10.0)[:, None] * 500.0 ** (-torch.arange(0, 16, 2) / 16)
     rz = z * torch.polar(torch.ones_like(angle), angle)

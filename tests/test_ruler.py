@@ -1,6 +1,6 @@
 """The 13 RULER tasks: RULER's strings and layouts (as its code at c3f5e3b writes them), the fit
 to the length with byte and GPT-2 tokenizers and RULER's steps, the reference answers, the data
-(essays in RULER's order, its English words), and eval_ruler.py's harness with a test double."""
+(essays in RULER's order, its English words), and ruler.evaluate with a test double."""
 
 import collections
 import hashlib
@@ -11,7 +11,6 @@ import re
 import pytest
 import torch
 
-import eval_ruler
 import ruler
 from tokens import Tokenizer
 
@@ -132,9 +131,9 @@ def test_vt_has_a_solved_example_first(data):
 
 def test_errors(data):
     with pytest.raises(SystemExit, match="unknown RULER task 'niah_single_9'"):
-        eval_ruler.task_list(['niah_single_1', 'niah_single_9'])
-    assert eval_ruler.task_list('synthetic') == [t for t in ruler.TASKS if not t.startswith('qa')]
-    assert len(eval_ruler.task_list('paper')) == 13 and eval_ruler.task_list('vt') == ['vt']
+        ruler.task_list(['niah_single_1', 'niah_single_9'])
+    assert ruler.task_list('synthetic') == [t for t in ruler.TASKS if not t.startswith('qa')]
+    assert len(ruler.task_list('paper')) == 13 and ruler.task_list('vt') == ['vt']
     with pytest.raises(ValueError, match='too few for this task'):
         ruler.prompt('qa_1', BYTE, 64, 'x', 42, data, {})
     missing = ruler.Data(squad='/nonexistent/squad.json', say=lambda *a: None)
@@ -166,21 +165,21 @@ def test_harness(data, tmp_path):
                 except ValueError:
                     pass
     said = []
-    r = eval_ruler.evaluate(Knower(answers), BYTE, ruler.Results(str(tmp_path / 'a.jsonl')), tasks, lengths, 2, 42, data,
+    r = ruler.evaluate(Knower(answers), BYTE, ruler.Results(str(tmp_path / 'a.jsonl')), tasks, lengths, 2, 42, data,
                             say=said.append)
     assert r['too_short'].keys() == {'vt/1024', 'cwe/1024'} and any('not run: cwe at 1024' in s for s in said)
     assert r['scores']['niah_single_1'] == {1024: 100.0, 2048: 100.0} and r['scores']['cwe'][2048] == 100.0
     assert r['average'] == {1024: 100.0, 2048: 100.0} and r['tasks_averaged'] == {1024: 3, 2048: 5}
-    silent = eval_ruler.evaluate(Knower(answers, silent=True), BYTE, ruler.Results(str(tmp_path / 'b.jsonl')), tasks,
+    silent = ruler.evaluate(Knower(answers, silent=True), BYTE, ruler.Results(str(tmp_path / 'b.jsonl')), tasks,
                                  lengths, 2, 42, data, say=said.append)
     assert silent['average'] == {1024: 0.0, 2048: 0.0} and silent['nulls']['fwe'] == {1024: 2, 2048: 2}
     no_qa = ruler.Data(squad='', say=said.append)
     no_qa._cache['squad'] = None  # as if offline
-    r = eval_ruler.evaluate(Knower(answers), BYTE, ruler.Results(str(tmp_path / 'c.jsonl')), ['qa_1', 'niah_single_1'],
+    r = ruler.evaluate(Knower(answers), BYTE, ruler.Results(str(tmp_path / 'c.jsonl')), ['qa_1', 'niah_single_1'],
                             [2048], 1, 42, no_qa, say=said.append)
     assert 'qa_1' in r['skipped'] and 'qa_1' not in r['scores'] and r['tasks_averaged'] == {2048: 1}
     with pytest.raises(SystemExit, match='no task fits any of the lengths'):  # said before any sample runs
-        eval_ruler.evaluate(None, BYTE, ruler.Results(str(tmp_path / 'd.jsonl')), ['vt', 'cwe'], [1024], 1, 42, data,
+        ruler.evaluate(None, BYTE, ruler.Results(str(tmp_path / 'd.jsonl')), ['vt', 'cwe'], [1024], 1, 42, data,
                             say=said.append)
 
 
@@ -292,7 +291,7 @@ def test_the_essay_is_rulers_text_and_a_stand_in_says_so(tmp_path):
                                                                      'starts.', '']
     said = []
     stand_in = ruler.Data(essay=str(tmp_path / 'none.json'), say=said.append)
-    r = eval_ruler.evaluate(Knower({}, silent=True), BYTE, ruler.Results(str(tmp_path / 'r.jsonl')),
+    r = ruler.evaluate(Knower({}, silent=True), BYTE, ruler.Results(str(tmp_path / 'r.jsonl')),
                             ['niah_single_1', 'niah_single_2'], [4096], 1, 42, stand_in, say=said.append)
     assert list(r['stand_in_haystack']) == ['niah_single_2'] and "Shakespeare" in r['stand_in_haystack']['niah_single_2']
     assert any('not Paul Graham' in s for s in said)
@@ -351,7 +350,7 @@ class Words:
 
 
 def test_prompts_are_unchanged(tmp_path):
-    """Per task, at 1K and 2K words and seeds 1, 2, 42, three samples as eval_ruler.evaluate makes
+    """Per task, at 1K and 2K words and seeds 1, 2, 42, three samples as ruler.evaluate makes
     them (one sizes cache; the third with the fitted size half again too large, so that it is
     redrawn smaller by the task's step); niah_single_1/2 at three depths; and cwe with too few words
     for 2K, and its notice. The data is made here: an essay, word lists, and QA sets that hold more

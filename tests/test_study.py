@@ -184,3 +184,30 @@ def test_study_continued_pretraining(tmp_path, long_data):
     assert f"SW, no CPT {x['mean']:.3f} ± {x['std']:.3f}" in summary and 'the last 20 of CPT | cpt_sw' in summary
     assert 'phase 1 (SW: its checkpoints with the windows)' in summary
     assert os.path.getsize(os.path.join(out, 'fig1_cpt_sw.png')) > 10_000
+
+
+def test_study_methods(tmp_path, long_data):
+    """The methods part: randomized positions trained, YaRN a view (no_wd's own checkpoints with
+    rope_scaling='yarn'), DroPE a CPT of no_wd's final checkpoint without positions; no_wd is kept
+    because YaRN and DroPE need it, and trained in the first wave."""
+    out = str(tmp_path / 'study')
+    r = run_study(out, f'--data_dir={long_data}', "--parts=['methods']", "--variants=['yarn', 'drope', 'rand']")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert '8 runs' in r.stdout
+    run = lambda v, s=1: os.path.join(out, 'methods', v, f's{s}')  # noqa: E731
+    no_wd, yarn, drope = (json.load(open(os.path.join(run(v), 'eval.json'))) for v in ('no_wd', 'yarn', 'drope'))
+    assert f"continued pre-training from {os.path.join(run('no_wd'), 'ckpt_000020.pt')} (step 20)" in \
+        open(os.path.join(run('drope'), 'train.log')).read()
+    cfg = torch.load(os.path.join(run('drope'), 'ckpt_000020.pt'), weights_only=True)['config']
+    assert cfg['pos_encoding'] == 'nope' and cfg['schedule'] == 'constant' and cfg['weight_decay'] == 0.0
+    assert torch.load(os.path.join(run('no_wd'), 'ckpt_000020.pt'), weights_only=True)['config']['pos_encoding'] == 'rope'
+    assert torch.load(os.path.join(run('rand'), 'ckpt_000020.pt'), weights_only=True)['config']['rope_random'] == 8
+    # YaRN: no_wd's checkpoints, no training of its own, every measure changed by the scaling
+    assert os.listdir(run('yarn')) == ['eval.json'] and yarn['steps'].keys() == no_wd['steps'].keys()
+    a, b = no_wd['steps']['20']['bands'], yarn['steps']['20']['bands']
+    assert all(abs(a[k] - b[k]) > 1e-6 for k in a)
+    summary = open(os.path.join(out, 'summary.md')).read()
+    x = json.load(open(os.path.join(out, 'results.json')))['parts']['methods']['yarn']['steps']['20']['bands']['8-16x']
+    assert "| YaRN helps: better than no-WD (nothing) | methods, CE 8-16x | its own paper | no-WD" in summary
+    assert f"YaRN {x['mean']:.3f} ± {x['std']:.3f}" in summary and summary.count('| DroPE |') == 3  # fit, along, final
+    assert os.path.getsize(os.path.join(out, 'fig1_methods.png')) > 10_000

@@ -1,10 +1,10 @@
-"""The synthetic tasks (Copy, Needle): their sequences, their targets, and their scoring."""
+"""The synthetic tasks (Copy, Needle, Offset, DelayCopy): their sequences, their targets, and their scoring."""
 
 import numpy as np
 import pytest
 import torch
 
-from tasks import BOS, EOS, FIRST_SYMBOL, PAD, SEP, Copy, Needle, correct_answers
+from tasks import BOS, EOS, FIRST_SYMBOL, PAD, SEP, Copy, DelayCopy, Needle, Offset, correct_answers
 
 
 def test_batches_hold_copies_with_the_loss_on_the_copy_only():
@@ -128,3 +128,59 @@ def test_multikey_needle_names_its_needles_and_asks_for_one():
         Needle(vocab_size=8, min_len=30, max_len=40, value_len=3, keys=3)
     with pytest.raises(ValueError, match='min_len'):  # 3 needles of 5 and the query's 6 do not fit in 20 with bos
         Needle(vocab_size=16, min_len=21, max_len=40, value_len=3, keys=3)
+
+
+class Looker:
+    """A model that answers by a rule written out here: each new token is the one `back` positions before it."""
+    def __init__(self, back):
+        self.back = back
+
+    def generate(self, prompt, n):
+        out = prompt
+        for _ in range(n):
+            out = torch.cat([out, out[:, -self.back:][:, :1]], dim=1)  # the token `back` before the new one
+        return out
+
+
+def test_offset_answers_are_the_tokens_offset_back():
+    task = Offset(vocab_size=16, min_len=10, max_len=20, offset=6, answer_len=4)
+    x, y = task.batch(64, task.block_size, np.random.default_rng(0))
+    assert x.shape == (64, 20 + 4 + 2) and task.block_size == 26
+    for row, tgt in zip(x.tolist(), y.tolist()):
+        L = row.index(SEP) - 1  # the sequence: bos, L symbols, sep, 4 answers, eos (its last input cut)
+        seq = row[:L + 6] + [tgt[L + 5]]
+        assert 10 <= L <= 20 and seq[0] == BOS and seq[-1] == EOS and all(t == PAD for t in row[L + 7:])
+        assert all(FIRST_SYMBOL <= t < 16 for t in seq[1:L + 1])
+        for j in range(L + 2, L + 6):  # every answer token is the one 6 positions before it
+            assert seq[j] == seq[j - 6]
+        assert tgt[L + 1:L + 6] == seq[L + 2:] and all(t == -1 for t in tgt[:L + 1] + tgt[L + 6:])
+    prompts, answers = task.test_set(50, 8, seed=3)
+    assert prompts.shape == (8, 52) and answers.shape == (8, 5) and (prompts[:, -1] == SEP).all()
+    assert torch.equal(prompts, task.test_set(50, 8, seed=3)[0])
+    # the rule scores every answer right at any length (eos aside, which the rule does not know)
+    right = correct_answers(task, Looker(6), [20, 80], 10, seed=1, device='cpu')
+    assert right[:, 0].tolist() == [0, 0] and right[:, 1].tolist() == [pytest.approx(8), pytest.approx(8)]
+    assert correct_answers(task, Looker(5), [20], 10, seed=1, device='cpu')[0, 1] < 4  # one position off: chance
+    with pytest.raises(ValueError, match='answer_len < offset'):
+        Offset(16, 10, 20, offset=4, answer_len=4)
+
+
+def test_delay_copy_keeps_the_length_and_moves_the_copy():
+    task = DelayCopy(vocab_size=16, min_len=2, max_len=8, copy_len=4, longest=32)
+    x, y = task.batch(64, task.block_size, np.random.default_rng(0))
+    assert task.block_size == 32 + 2 * 4 + 2 and x.shape == (64, 42)
+    for row, tgt in zip(x.tolist(), y.tolist()):
+        sep = len(row) - 5  # every sequence fills the context: bos .. sep, the copy; its eos is the last target
+        assert row[0] == BOS and row[sep] == SEP
+        src = [i for i, t in enumerate(row[:sep]) if t >= 10]  # the source's symbols (the fillers' are below 10)
+        assert len(src) == 4 and src == list(range(src[0], src[0] + 4))
+        delay = sep - src[-1] - 1
+        assert 2 <= delay <= 8 and row[sep + 1:] == [row[i] for i in src]
+        assert tgt[sep:] == [row[i] for i in src] + [EOS] and all(t == -1 for t in tgt[:sep])
+    for delay in (2, 16, 32):  # test lengths are delays, in sequences of the same length
+        prompts, answers = task.test_set(delay, 5, seed=1)
+        assert prompts.shape == (5, 32 + 4 + 2) and answers.shape == (5, 5)
+        p = prompts[0].tolist()
+        assert p[-1] == SEP and all(t < 10 for t in p[-1 - delay:-1]) and all(t >= 10 for t in p[-5 - delay:-1 - delay])
+    with pytest.raises(ValueError, match='longest test delay'):
+        DelayCopy(16, 2, 40, 4, longest=32)
