@@ -509,8 +509,8 @@ for p in parts:
     kind, _, vs = PARTS[p]
     what = (f'CE 8-16x minus CE {inside(p)} (the rise beyond the training length)' if kind == 'lm'
             else 'exact-match accuracy beyond the training length')
-    axes = list(dict.fromkeys(tuple(P[p][v]['steps']) for v in vs))  # phase 1 and CPT have steps of their own
-    for group in ([v for v in vs if tuple(P[p][v]['steps']) == a] for a in axes):
+    step_axes = list(dict.fromkeys(tuple(P[p][v]['steps']) for v in vs))  # phase 1 and CPT: steps of their own
+    for group in ([v for v in vs if tuple(P[p][v]['steps']) == a] for a in step_axes):
         steps = list(P[p][group[0]]['steps'])
         along = (', phase 1 (SW: its checkpoints with the windows)' if group[0] in PHASE1_ROWS else
                  ', CPT' if p in PHASE1 or group[0] in SOURCES else '')

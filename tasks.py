@@ -37,6 +37,11 @@ FIRST_SYMBOL = 4
 LENGTHS = {'copy': 'source lengths', 'needle': 'sequence lengths', 'offset': 'source lengths', 'delay_copy': 'delays'}
 
 
+def symbols_meta(vocab_size):
+    """A task's stand-in for a tokenizer's meta.json: its symbols are its tokens."""
+    return {'tokenizer': {'kind': 'symbols', 'n_vocab': vocab_size, 'eot': EOS}, 'vocab_size': vocab_size}
+
+
 def check(vocab_size, min_len, max_len, least=1):
     if not FIRST_SYMBOL < vocab_size or not least <= min_len <= max_len:
         raise ValueError(f"the task needs vocab_size > {FIRST_SYMBOL} and {least} <= min_len <= max_len, "
@@ -48,7 +53,7 @@ class Copy:
         check(vocab_size, min_len, max_len)
         self.vocab_size, self.min_len, self.max_len = vocab_size, min_len, max_len
         self.block_size = 2 * max_len + 2  # the inputs of the longest sequence (2L + 3 tokens, minus the last)
-        self.meta = {'tokenizer': {'kind': 'symbols', 'n_vocab': vocab_size, 'eot': EOS}, 'vocab_size': vocab_size}
+        self.meta = symbols_meta(vocab_size)
 
     def batch(self, batch_size, T, rng):
         """batch_size sequences with source lengths uniform in [min_len, max_len], padded to T
@@ -75,7 +80,7 @@ class Copy:
 class Answered:
     """A task whose sequences end {sep} answer {eos} (Copy's layout): batches with the loss on the
     answer and eos, and test sets; a subclass makes `sequence(L, rng)` and sets `answer_len`,
-    `block_size` and `meta`."""
+    `block_size`, `meta` and `stream` (its test sets' seed stream, its own for every task)."""
 
     def batch(self, batch_size, T, rng):
         """batch_size sequences for lengths uniform in [min_len, max_len], padded to T inputs ->
@@ -91,15 +96,17 @@ class Answered:
             y[i, n - m - 1:n - 1] = seq[n - m:]  # the token before the answer, and the answer, predict it and eos
         return torch.from_numpy(x[:, :-1]), torch.from_numpy(y)
 
-    def test_set(self, L, n, seed, stream):
-        """n held-out sequences for length L (they depend on seed, stream and L only) -> prompts up
-        to sep, and answers with eos (n, answer_len + 1)."""
-        rng = np.random.default_rng([seed, stream, L])
+    def test_set(self, L, n, seed):
+        """n held-out sequences for length L (they depend on seed, the task's stream and L only) ->
+        prompts up to sep, and answers with eos (n, answer_len + 1)."""
+        rng = np.random.default_rng([seed, self.stream, L])
         seqs = torch.from_numpy(np.stack([self.sequence(L, rng) for _ in range(n)]))
         return seqs.split([seqs.size(1) - self.answer_len - 1, self.answer_len + 1], dim=1)
 
 
 class Needle(Answered):
+    stream = 8
+
     def __init__(self, vocab_size=32, min_len=32, max_len=64, value_len=4, keys=1):
         named = keys > 1  # one needle needs no name: the key symbol alone marks it
         check(vocab_size, min_len, max_len, least=keys * (value_len + 1 + named) + value_len + 3 + named)
@@ -110,7 +117,7 @@ class Needle(Answered):
         self.vocab_size, self.min_len, self.max_len, self.value_len = vocab_size, min_len, max_len, value_len
         self.keys, self.answer_len = keys, value_len
         self.block_size = max_len  # a sequence of L tokens: L - 1 inputs (and the PAD after eos)
-        self.meta = {'tokenizer': {'kind': 'symbols', 'n_vocab': vocab_size, 'eot': EOS}, 'vocab_size': vocab_size}
+        self.meta = symbols_meta(vocab_size)
 
     def sequence(self, L, rng):
         """One sequence of L tokens: bos, haystack and needles, the query (key, and name if keys > 1), value, eos."""
@@ -132,11 +139,10 @@ class Needle(Answered):
         pieces = [[BOS]] + [p for i in range(n) for p in (hay[depths[i - 1] if i else 0:depths[i]], needles[i])]
         return np.concatenate(pieces + [hay[depths[-1]:], asked, [EOS]])
 
-    def test_set(self, L, n, seed):
-        return super().test_set(L, n, seed, 8)
-
 
 class Offset(Answered):
+    stream = 9
+
     def __init__(self, vocab_size=16, min_len=32, max_len=64, offset=8, answer_len=4):
         check(vocab_size, min_len, max_len, least=offset)
         if not 1 <= answer_len < offset:
@@ -145,7 +151,7 @@ class Offset(Answered):
         self.vocab_size, self.min_len, self.max_len = vocab_size, min_len, max_len
         self.offset, self.answer_len = offset, answer_len
         self.block_size = max_len + answer_len + 2  # the inputs of the longest sequence
-        self.meta = {'tokenizer': {'kind': 'symbols', 'n_vocab': vocab_size, 'eot': EOS}, 'vocab_size': vocab_size}
+        self.meta = symbols_meta(vocab_size)
 
     def sequence(self, L, rng):
         """bos, L source symbols, sep, the answer (token j at position L + 1 + j is the one at
@@ -154,11 +160,10 @@ class Offset(Answered):
         answer = src[L - self.offset + 1:L - self.offset + 1 + self.answer_len]
         return np.concatenate([[BOS], src, [SEP], answer, [EOS]])
 
-    def test_set(self, L, n, seed):
-        return super().test_set(L, n, seed, 9)
-
 
 class DelayCopy(Answered):
+    stream = 10
+
     def __init__(self, vocab_size=16, min_len=4, max_len=16, copy_len=8, longest=64):
         check(vocab_size, min_len, max_len, least=0)
         if max_len > longest or copy_len < 1:
@@ -168,7 +173,7 @@ class DelayCopy(Answered):
         self.first_value = (FIRST_SYMBOL + vocab_size) // 2  # the fillers' symbols below, the sources' from here
         self.length = longest + 2 * copy_len + 3  # every sequence: bos, filler, src, delay, sep, src, eos
         self.block_size = self.length - 1
-        self.meta = {'tokenizer': {'kind': 'symbols', 'n_vocab': vocab_size, 'eot': EOS}, 'vocab_size': vocab_size}
+        self.meta = symbols_meta(vocab_size)
 
     def sequence(self, delay, rng):
         n = self.answer_len
@@ -176,9 +181,6 @@ class DelayCopy(Answered):
         filler = FIRST_SYMBOL + np.arange(self.length - 2 * n - 3) % (self.first_value - FIRST_SYMBOL)
         front = len(filler) - delay
         return np.concatenate([[BOS], filler[:front], src, filler[front:], [SEP], src, [EOS]])
-
-    def test_set(self, L, n, seed):
-        return super().test_set(L, n, seed, 10)
 
 
 def from_config(c):
