@@ -4,6 +4,7 @@ process, so that a machine's drift (~30% on shared CPUs) hits them alike; the re
 
     python bench.py configs/quickstart.py                     # the regularizers: tokens/s vs none
     python bench.py configs/quickstart.py --mode=nanogpt      # the model vs a plain nanoGPT of the same size
+    python bench.py configs/quickstart.py --mode=methods      # the length-generalization methods vs RoPE (docs/methods.md)
     python bench.py --model_type=mamba2 --mode=hf_mamba       # mamba.py vs transformers' Mamba2
     python bench.py configs/quickstart.py --mode=context      # prefill/decoding time and peak memory vs length
     bash scripts/bench_gpu.sh                                         # the whole suite on one GPU, paper-size models
@@ -28,7 +29,7 @@ from timing import NanoGPT, build, child_result, measure_context, sync, table, t
 
 if __name__ == '__main__':  # spawned measuring processes import this file again: only the parent runs it
     # -------------------------------------------------------------------------
-    mode = 'train'  # 'train' (the regularizers), 'nanogpt' (vs nanoGPT), 'hf_mamba' (vs transformers' Mamba2), 'context'
+    mode = 'train'  # 'train' (the regularizers), 'nanogpt', 'methods' (docs/methods.md), 'hf_mamba', 'context'
     model_type = 'transformer'  # or 'mamba2'
     for _f in (f for _, cfg in checkpoint.MODELS.values() for f in fields(cfg)):
         globals().setdefault(_f.name, _f.default)
@@ -112,6 +113,15 @@ if __name__ == '__main__':  # spawned measuring processes import this file again
                   f"model.py, {pos_encoding}": build('transformer', ours, device)}
         measure(models, f"{header}; no dropout")
 
+    elif mode == 'methods':  # what each method of docs/methods.md costs in training, beside PL-D, on RoPE. YaRN and the
+        # log-length temperature train nothing (they change evaluation); DroPE's CPT trains a NoPE model
+        rope = {**model_args['transformer'], 'pos_encoding': 'rope', 'dropout_type': 'none', 'dropout': bench_dropout,
+                'attn_dropout': 0.0, 'rope_random': 0, 'attn_scale': 'none'}
+        methods = {'RoPE': {}, 'PL-D': dict(dropout_type='pre_linear'), 'RandPos': dict(rope_random=8),
+                   'SSMax': dict(attn_scale='ssmax'), "NoPE (DroPE's CPT)": dict(pos_encoding='nope')}
+        measure({k: build('transformer', {**rope, **v}, device) for k, v in methods.items()},
+                f"{header}; PL-D p = {bench_dropout}, RandPos from 8x")
+
     elif mode == 'hf_mamba':
         from weights import to_transformers
         assert model_type == 'mamba2', "hf_mamba compares Mamba2 models: set --model_type=mamba2"
@@ -154,4 +164,4 @@ if __name__ == '__main__':  # spawned measuring processes import this file again
                 r = child_result(p, queue)
                 print(f"{name:>16} {L:>8} {r['prefill_s']:>10.2f} {r['ms_per_token']:>10.1f} {r['peak_mb']:>10.0f}", flush=True)
     else:
-        raise SystemExit(f"mode must be 'train', 'nanogpt', 'hf_mamba' or 'context', got {mode!r}")
+        raise SystemExit(f"mode must be 'train', 'nanogpt', 'methods', 'hf_mamba' or 'context', got {mode!r}")

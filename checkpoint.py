@@ -192,12 +192,16 @@ def load_model(path, device='cpu', **overrides):
     return model.to(device).eval(), tokenizer, ckpt
 
 
-def load_for_eval(path, device, purpose, window=None):
+def load_for_eval(path, device, purpose, window=None, overrides=None):
     """load_model for an eval script: a clear message (SystemExit) when the checkpoint cannot be
     read or has no tokenizer (`purpose` needs the model's own). window: replaces the model's
-    sliding windows (an int for every layer, or a list), e.g. the paper's "SW" without CPT."""
+    sliding windows (an int for every layer, or a list), e.g. the paper's "SW" without CPT;
+    overrides: other model arguments that change no weight, e.g. YaRN (docs/methods.md)."""
+    overrides = {**(overrides or {}), **({} if window is None else {'window': window})}
     try:
-        model, tokenizer, ckpt = load_model(path, device, **({} if window is None else {'window': window}))
+        model, tokenizer, ckpt = load_model(path, device, **overrides)
+    except TypeError as e:  # an argument the model does not have
+        raise SystemExit(f"cannot load {path} with overrides {overrides}: {e}")
     except (OSError, RuntimeError, ValueError) as e:
         raise SystemExit(f"cannot load {path}: {e}")
     if tokenizer is None:
@@ -218,15 +222,15 @@ def autocast(device, dtype):
     return torch.autocast(device.split(':')[0], dtype=torch.bfloat16) if dtype == 'bfloat16' else nullcontext()
 
 
-def eval_setup(ckpt, device, dtype, purpose, window=None, length=None):
+def eval_setup(ckpt, device, dtype, purpose, window=None, length=None, overrides=None):
     """The start-up every eval script shares: a SystemExit asking for --ckpt when it is empty, the
-    autocast of `dtype`, the model and its tokenizer (load_for_eval: purpose, window), and, given a
-    length, the check that the model can take it (check_length) -> (model, tokenizer, checkpoint
+    autocast of `dtype`, the model and its tokenizer (load_for_eval: purpose, window, overrides), and,
+    given a length, the check that the model can take it (check_length) -> (model, tokenizer, checkpoint
     dict, autocast). device and dtype are the scripts' own (their defaults stay in their config)."""
     if not ckpt:
         raise SystemExit("give a checkpoint: --ckpt=out/quickstart/ckpt_000488.pt (or a weights folder)")
     context = autocast(device, dtype)
-    model, tokenizer, info = load_for_eval(ckpt, device, purpose, window)
+    model, tokenizer, info = load_for_eval(ckpt, device, purpose, window, overrides)
     if length is not None:
         check_length(model, length, ckpt)
     return model, tokenizer, info, context

@@ -39,6 +39,7 @@ if __name__ == '__main__':
     seed = 42
     essay = ruler.ESSAY  # MV's haystack: Paul Graham's essays in RULER's order (python data/ruler/prepare.py); else Shakespeare
     window: int | list | None = None  # replaces the model's sliding windows (e.g. the paper's "SW" without CPT)
+    overrides: dict | None = None  # model arguments no weight depends on, e.g. {'rope_scaling': 'yarn', 'rope_factor': 4.0}
     chunk_size = 1024  # prefill chunk
     out = ''  # output prefix; default: the checkpoint's path without .pt, plus _helmet
     device = 'cuda' if torch.cuda.is_available() else 'cpu'
@@ -46,7 +47,8 @@ if __name__ == '__main__':
     # -------------------------------------------------------------------------
     globals().update(configure(globals(), sys.argv[1:]))
     names = helmet.task_list(tasks)
-    model, tokenizer, info, autocast = checkpoint.eval_setup(ckpt, device, dtype, 'HELMET recall', window, max(lengths))
+    model, tokenizer, info, autocast = checkpoint.eval_setup(ckpt, device, dtype, 'HELMET recall', window, max(lengths),
+                                                             overrides)
     out = out or ckpt.removesuffix('.pt').rstrip('/') + '_helmet'
 
     data = ruler.Data(essay=essay)

@@ -35,6 +35,7 @@ windows_per_doc = 1  # > 1: also the next windows of each document (they start m
 smooth = 512  # moving-average window, as the paper's figures
 chunk_size = 1024
 window: int | list | None = None  # replaces the models' sliding windows (e.g. the paper's "SW" without CPT)
+overrides: dict | None = None  # model arguments no weight depends on, e.g. {'rope_scaling': 'yarn', 'rope_factor': 4.0}
 out = ''  # default: next to the first checkpoint, <ckpt>_loss
 device = 'cuda' if torch.cuda.is_available() else 'cpu'
 dtype = 'bfloat16' if torch.cuda.is_available() else 'float32'
@@ -48,7 +49,7 @@ out = out or ckpts[0].removesuffix('.pt').rstrip('/') + '_loss'
 
 results, data = {}, None
 for path in ckpts:
-    model, tokenizer, info = checkpoint.load_for_eval(path, device, 'the per-position loss', window)
+    model, tokenizer, info = checkpoint.load_for_eval(path, device, 'the per-position loss', window, overrides)
     trained_on = train_length or info.get('config', {}).get('block_size', 0)
     if not trained_on:
         raise SystemExit(f"{path} does not say its training length: give --train_length")

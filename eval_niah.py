@@ -54,13 +54,15 @@ if __name__ == '__main__':
     depth_samples = 2  # samples per depth and length
     seed = 42
     window: int | list | None = None  # replaces the model's sliding windows (e.g. the paper's "SW" without CPT)
+    overrides: dict | None = None  # model arguments no weight depends on, e.g. {'rope_scaling': 'yarn', 'rope_factor': 4.0}
     chunk_size = 1024  # prefill chunk: a long prompt's memory grows with chunk x length, not length^2
     out = ''  # output prefix; default: the checkpoint's path without .pt, plus _niah
     device = 'cuda' if torch.cuda.is_available() else 'cpu'
     dtype = 'bfloat16' if torch.cuda.is_available() else 'float32'
     # -------------------------------------------------------------------------
     globals().update(configure(globals(), sys.argv[1:]))
-    model, tokenizer, info, autocast = checkpoint.eval_setup(ckpt, device, dtype, 'NIAH', window, max(lengths))
+    model, tokenizer, info, autocast = checkpoint.eval_setup(ckpt, device, dtype, 'NIAH', window, max(lengths),
+                                                             overrides)
     out = out or ckpt.removesuffix('.pt').rstrip('/') + '_niah'
 
     try:

@@ -41,6 +41,7 @@ if __name__ == '__main__':
     squad = ''  # SQuAD v2 dev JSON (train-v2.0 layout); default: through `datasets`
     hotpotqa = ''  # HotpotQA dev distractor JSON; default: through `datasets`
     window: int | list | None = None  # replaces the model's sliding windows (e.g. the paper's "SW" without CPT)
+    overrides: dict | None = None  # model arguments no weight depends on, e.g. {'rope_scaling': 'yarn', 'rope_factor': 4.0}
     chunk_size = 1024  # prefill chunk
     out = ''  # output prefix; default: the checkpoint's path without .pt, plus _ruler
     device = 'cuda' if torch.cuda.is_available() else 'cpu'
@@ -48,7 +49,8 @@ if __name__ == '__main__':
     # -------------------------------------------------------------------------
     globals().update(configure(globals(), sys.argv[1:]))
     names = ruler.task_list(tasks)
-    model, tokenizer, info, autocast = checkpoint.eval_setup(ckpt, device, dtype, 'RULER', window, max(lengths))
+    model, tokenizer, info, autocast = checkpoint.eval_setup(ckpt, device, dtype, 'RULER', window, max(lengths),
+                                                             overrides)
     out = out or ckpt.removesuffix('.pt').rstrip('/') + '_ruler'
 
     data = ruler.Data(essay, squad, hotpotqa)

@@ -35,6 +35,9 @@ python study.py --parts="['methods']" --out=out/study_methods
       beside the regularizers, each alone and with PL-D (no WD anywhere): randomized positions and SSMax
       trained; YaRN (s = 16) and the log-length temperature on the no-WD and PL-D checkpoints (views:
       nothing trained); DroPE, 100 steps of CPT without positions from their final checkpoints.
+  methods_needle, methods_offset, methods_delay   the same rows (VPAD aside) on the needle with a
+      2-layer RoPE model, and on the two probes of tasks.py (configs/offset.py, configs/delay_copy.py),
+      each with other positions beside RoPE: NoPE; ALiBi on the probes; learned on the delay copy.
 Not in the default list (docs/study.md has their times):
 python study.py --parts="['cpt_sw', 'cpt_sw_needle']" --out=out/study_cpt
   cpt_sw, cpt_sw_needle  continued pre-training into sliding windows (Table 1 in small), in two
@@ -103,11 +106,12 @@ CORE = ['wd', 'no_wd', 'pn_d', 'pl_d', 'vpad', 'vpad_b']
 # lm parts', 10% warm-up), 100 steps. Views, which train nothing (VIEWS): YaRN with s = 16 (the
 # reach of the evaluation) and the log-length temperature, on the no-WD and PL-D checkpoints
 METHODS = ('rand', 'yarn', 'drope', 'ssmax', 'log_len')
-DROPE = ['--pos_encoding=nope', '--schedule=constant', '--warmup_frac=0.1', '--learning_rate=2e-4',
-         f'--max_tokens={100 * 4096}', '--ckpt_interval=10']
+DROPE = ['--pos_encoding=nope', '--schedule=constant', '--warmup_frac=0.1', '--ckpt_interval=10']  # and see cpt()
 for m, args in (('rand', ['--rope_random=8']), ('ssmax', ['--attn_scale=ssmax']), ('drope', DROPE)):
     VARIANTS[m], VARIANTS[f'{m}_pl_d'] = VARIANTS['no_wd'] + args, VARIANTS['pl_d'] + args
 SOURCES = {'drope': 'no_wd', 'drope_pl_d': 'pl_d'}  # rows that continue another row's final checkpoint
+for pe in ('nope', 'alibi', 'learned'):  # the probes' other positions, beside RoPE's rows (docs/methods.md)
+    VARIANTS[pe] = VARIANTS['no_wd'] + [f'--pos_encoding={pe}']
 VIEWS = {'sw': ('orig', None),  # rows that train nothing: another row's checkpoints, with model arguments
          **{f'{m}{s}': (v, kw) for m, kw in (('yarn', {'rope_scaling': 'yarn', 'rope_factor': 16.0}),
                                              ('log_len', {'attn_scale': 'log_length'}))
@@ -115,6 +119,7 @@ VIEWS = {'sw': ('orig', None),  # rows that train nothing: another row's checkpo
 NAMES.update({f'{m}{s}': f'{name}{t}' for m, name in (('rand', 'RandPos'), ('yarn', 'YaRN'), ('drope', 'DroPE'),
                                                       ('ssmax', 'SSMax'), ('log_len', 'LogLen'))
               for s, t in (('', ''), ('_pl_d', ' + PL-D'))})
+NAMES.update(nope='NoPE', alibi='ALiBi', learned='Learned')
 LM = ['configs/quickstart.py', f'--data_dir={data_dir}', '--block_size=128', '--batch_size=32',
       '--tokens_per_batch=4096', '--max_tokens=2900000', '--eval_lengths=[]', '--eval_interval=100000',
       '--ckpt_interval=20']
@@ -138,6 +143,8 @@ CPT = lambda part, lr, steps, every: [  # noqa: E731
     *PHASE1[part][0], f'--window={PHASE1[part][1]}', '--schedule=constant', '--warmup_frac=0.1',
     f'--learning_rate={lr}', f"--max_tokens={steps * (4096 if PHASE1[part][0][0] == LM[0] else 2048)}",
     f'--ckpt_interval={every}']
+METHOD_ROWS = [f'{m}{s}' for m in METHODS for s in ('', '_pl_d')]
+PROBE = ['--eval_interval=100000', '--task_eval_samples=20', '--ckpt_interval=20']
 PHASE1_ROWS = ('orig', 'sw')  # a CPT part's rows measured along phase 1, not along CPT
 CPT_VARIANTS = ['orig', 'sw', 'wd', 'no_wd', 'pn_d', 'pl_d', 'vpad', 'pl_d_p0.2', 'vpad_p0.2', 'attn_d']
 PARTS = {  # part -> (kind, train.py arguments, variants)
@@ -157,8 +164,13 @@ PARTS = {  # part -> (kind, train.py arguments, variants)
                             '--ckpt_interval=50'], CORE[:4]),
     'cpt_sw': ('lm', CPT('cpt_sw', 2e-4, 400, 10), CPT_VARIANTS),
     'cpt_sw_needle': ('task', CPT('cpt_sw_needle', 3e-4, 800, 20), [v for v in CPT_VARIANTS if 'p0.2' not in v]),
-    'methods': ('lm', LM + ['--pos_encoding=rope'], ['no_wd', 'pl_d', 'vpad', *(f'{m}{s}' for m in METHODS
-                                                                                for s in ('', '_pl_d'))]),
+    'methods': ('lm', LM + ['--pos_encoding=rope'], ['no_wd', 'pl_d', 'vpad', *METHOD_ROWS]),
+    # the methods on retrieval and the two probes, each task with the positions it asks about (tasks.py):
+    # learned ones cannot be scored beyond their table, so only on the delay copy (whose length is fixed)
+    'methods_needle': ('task', NEEDLE + ['--pos_encoding=rope'], ['no_wd', 'pl_d', *METHOD_ROWS, 'nope']),
+    'methods_offset': ('task', ['configs/offset.py', *PROBE], ['no_wd', 'pl_d', *METHOD_ROWS, 'nope', 'alibi']),
+    'methods_delay': ('task', ['configs/delay_copy.py', *PROBE],
+                      ['no_wd', 'pl_d', *METHOD_ROWS, 'nope', 'alibi', 'learned']),
 }
 TINY = {'lm': ['--n_layer=4', '--n_embd=32', '--n_head=2', '--max_tokens=81920', '--ckpt_interval=2'],  # 20 steps
         'task': ['--n_layer=2', '--n_embd=32', '--n_head=2', '--max_tokens=40960', '--ckpt_interval=2']}
@@ -200,6 +212,9 @@ def train(part, variant, seed, threads):
         elif source(part, variant):  # CPT from its source's final checkpoint (trained first: see below)
             src = run_dir(part, source(part, variant), seed)
             start = checkpoint.step_path(src, checkpoint.steps(src)[-1])
+            if variant in SOURCES:  # as the CPT parts: a tenth of the source's learning rate, 100 of its steps
+                c = checkpoint.load_any(start)['config']
+                args += [f"--learning_rate={c['learning_rate'] / 10}", f"--max_tokens={100 * c['tokens_per_batch']}"]
         cmd = [sys.executable, 'train.py', *args, *(TINY[PARTS[part][0]] if tiny else []),
                f'--seed={seed}', f'--out_dir={d}', '--device=cpu', '--init_from=' + ('resume' if resume else start)]
         with open(os.path.join(d, 'train.log'), 'a') as log:
@@ -560,6 +575,11 @@ lm_parts = [p for p in parts if PARTS[p][0] == 'lm']
 task_parts = [p for p in parts if PARTS[p][0] == 'task']
 
 
+def after(p, v):
+    """The step a row's own steps start from on a shared axis: its source's last (DroPE), else 0."""
+    return int(P[p][SOURCES[v]]['final']['mean']) if v in SOURCES and p not in PHASE1 else 0
+
+
 def band_plot(ax, x, values, v, **kw):
     m, s = mean_std(values)
     ax.plot(x, m, color=COLORS[v], label=NAMES[v], **kw)
@@ -593,8 +613,7 @@ for p in lm_parts:  # Figure 1, left: per-position CE at several steps; right: C
             if v in PHASE1_ROWS:  # measured along phase 1: its end, as a level for CPT to beat
                 ax.axhline(get(final(P[p][v]))['mean'], color=COLORS[v], ls=':', label=f'{NAMES[v]} (end of phase 1)')
                 continue
-            after = int(P[p][SOURCES[v]]['final']['mean']) if v in SOURCES and p not in PHASE1 else 0  # DroPE
-            band_plot(ax, [after + int(s) for s in steps], [get(P[p][v]['steps'][s]) for s in steps], v,
+            band_plot(ax, [after(p, v) + int(s) for s in steps], [get(P[p][v]['steps'][s]) for s in steps], v,
                       ls='-' if v in CORE else '--')
         if p not in PHASE1:
             ax.axvline(int(P[p][vs[0]]['stable_end']['mean']), color='k', ls=':', lw=1)
@@ -689,7 +708,8 @@ if task_parts:  # the tasks: accuracy by length at the end, and beyond 1x across
                 if v in PHASE1_ROWS:  # measured along phase 1: its end, as a level for CPT to beat
                     row[col + 2].axhline(final(P[p][v])[beyond]['mean'], color=COLORS[v], ls=':')
                 else:
-                    band_plot(row[col + 2], [int(s) for s in steps], [P[p][v]['steps'][s][beyond] for s in steps], v)
+                    band_plot(row[col + 2], [after(p, v) + int(s) for s in steps],
+                              [P[p][v]['steps'][s][beyond] for s in steps], v)
         for col, what in enumerate(('exact-match accuracy', 'fraction of right tokens')):
             row[col].axvline(P[p][PARTS[p][2][0]]['train_length']['mean'], color='k', ls=':', lw=1)
             row[col].set_xscale('log', base=2)

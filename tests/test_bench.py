@@ -58,7 +58,8 @@ def test_nanogpt_yardstick_has_the_size_of_model_py_configured_as_nanogpt():
 
 
 @pytest.mark.parametrize('mode,rows', [('train', ['none', 'pre_norm', 'pre_linear', 'vpad', 'attn_dropout']),
-                                       ('nanogpt', ['nanoGPT', 'model.py as nanoGPT', 'model.py, nape'])])
+                                       ('nanogpt', ['nanoGPT', 'model.py as nanoGPT', 'model.py, nape']),
+                                       ('methods', ['RoPE', 'PL-D', 'RandPos', 'SSMax', "NoPE (DroPE's CPT)"])])
 def test_bench_script(mode, rows):
     """A smoke test: each mode runs and prints its rows (the timing itself: test_timed_measures_each_function)."""
     r = subprocess.run([sys.executable, 'bench.py', f'--mode={mode}', '--n_layer=1', '--n_embd=32', '--n_head=2',

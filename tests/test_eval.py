@@ -148,6 +148,25 @@ def test_eval_loss_equals_a_full_sequence_computation(tiny_data, tmp_path):
     assert os.path.exists(tmp_path / 'ckpt_000007_loss.png') and '<=1x' in r.stdout
 
 
+def test_eval_loss_with_yarn_at_evaluation(tiny_data, tmp_path):
+    """--overrides sets model arguments no weight depends on: YaRN on a RoPE checkpoint gives the
+    curve of the model loaded with it (and not the plain model's); an argument the model lacks is refused."""
+    ckpt = save_tiny(tmp_path / 'rope.pt', tiny_data, pos_encoding='rope')
+    r = run('eval_loss.py', f'--ckpt={ckpt}', '--max_length=128', '--smooth=8',
+            "--overrides={'rope_scaling': 'yarn', 'rope_factor': 4.0}")
+    assert r.returncode == 0, r.stderr
+    got = torch.tensor(json.load(open(tmp_path / 'rope_loss.json'))['checkpoints'][ckpt]['curve'])
+    windows = TokenData(tiny_data, 'val').long_windows(128, 16, per_document=1)
+    for kw, equal in (({'rope_scaling': 'yarn', 'rope_factor': 4.0}, True), ({}, False)):
+        model = checkpoint.load_model(ckpt, **kw)[0]
+        with torch.no_grad():
+            direct = torch.stack([F.cross_entropy(model(w[None, :-1], w[None, 1:])[0][0], w[1:], reduction='none')
+                                  for w in windows]).mean(0)
+        assert torch.allclose(got, direct, atol=1e-5, rtol=1e-5) == equal
+    r = run('eval_loss.py', f'--ckpt={ckpt}', '--max_length=128', "--overrides={'rope_scale': 4.0}")
+    assert r.returncode != 0 and "cannot load" in r.stderr and "'rope_scale'" in r.stderr and 'Traceback' not in r.stderr
+
+
 def test_eval_errors(tiny_data, tmp_path):
     ckpt = save_tiny(tmp_path / 'a.pt', tiny_data)
     r = run('eval_loss.py', f'--ckpt={ckpt}', '--max_length=100000')

@@ -2,6 +2,7 @@
 results.json holding the seeds' own numbers, the matched-fit control recomputed here, summary.md's
 verdicts made from them, and a rerun that resumes."""
 
+import glob
 import json
 import os
 import subprocess
@@ -200,7 +201,8 @@ def test_study_methods(tmp_path, long_data):
         open(os.path.join(run('drope'), 'train.log')).read()
     cfg = torch.load(os.path.join(run('drope'), 'ckpt_000020.pt'), weights_only=True)['config']
     assert cfg['pos_encoding'] == 'nope' and cfg['schedule'] == 'constant' and cfg['weight_decay'] == 0.0
-    assert torch.load(os.path.join(run('no_wd'), 'ckpt_000020.pt'), weights_only=True)['config']['pos_encoding'] == 'rope'
+    source = torch.load(os.path.join(run('no_wd'), 'ckpt_000020.pt'), weights_only=True)['config']
+    assert source['pos_encoding'] == 'rope' and cfg['learning_rate'] == source['learning_rate'] / 10
     assert torch.load(os.path.join(run('rand'), 'ckpt_000020.pt'), weights_only=True)['config']['rope_random'] == 8
     # YaRN: no_wd's checkpoints, no training of its own, every measure changed by the scaling
     assert os.listdir(run('yarn')) == ['eval.json'] and yarn['steps'].keys() == no_wd['steps'].keys()
@@ -211,3 +213,25 @@ def test_study_methods(tmp_path, long_data):
     assert "| YaRN helps: better than no-WD (nothing) | methods, CE 8-16x | its own paper | no-WD" in summary
     assert f"YaRN {x['mean']:.3f} ± {x['std']:.3f}" in summary and summary.count('| DroPE |') == 3  # fit, along, final
     assert os.path.getsize(os.path.join(out, 'fig1_methods.png')) > 10_000
+
+
+def test_study_methods_on_the_probes(tmp_path):
+    """The methods on the two probes of tasks.py, from their configs: the delay copy with learned
+    positions (its length is fixed, so every test delay fits their table), not the offset; DroPE's
+    CPT at a tenth of the task's own learning rate. Accuracy is scored at every test length."""
+    out = str(tmp_path / 'study')
+    r = run_study(out, "--parts=['methods_offset', 'methods_delay']", "--variants=['learned', 'drope']", '--seeds=[1]')
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert '5 runs' in r.stdout  # offset: no_wd, drope; delay: no_wd, drope, learned
+    P = json.load(open(os.path.join(out, 'results.json')))['parts']
+    assert list(P['methods_offset']) == ['no_wd', 'drope'] and list(P['methods_delay']) == ['no_wd', 'drope', 'learned']
+    for p, lengths in (('methods_offset', ['64', '128', '256', '512', '1024']),
+                       ('methods_delay', ['8', '16', '32', '64', '128'])):
+        assert all(list(m['accuracy']) == lengths for v in P[p] for m in P[p][v]['steps'].values())
+    last = lambda v: torch.load(max(glob.glob(os.path.join(out, 'methods_delay', v, 's1', 'ckpt_*.pt'))),  # noqa: E731
+                                weights_only=True)
+    cfg = last('drope')['config']
+    assert cfg['task'] == 'delay_copy' and cfg['pos_encoding'] == 'nope' and cfg['learning_rate'] == 1e-3 / 10
+    learned = last('learned')
+    assert learned['model']['wpe.weight'].shape[0] == 138  # 128 + 2 * 4 + 3 tokens, less the last
+    assert os.path.getsize(os.path.join(out, 'tasks.png')) > 10_000
