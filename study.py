@@ -697,6 +697,31 @@ if probed:
     fig.savefig(os.path.join(out, 'probe.png'), dpi=100)
     plt.close(fig)
 
+method_parts = [p for p in parts if any(m in P[p] for m in METHODS)]
+if method_parts:  # each method alone and with PL-D (docs/methods.md), at the final checkpoint; dots: the seeds
+    fig, axes = plt.subplots(len(method_parts), 2, figsize=(12, 3.8 * len(method_parts)), squeeze=False)
+    for row, p in zip(axes, method_parts):
+        groups = [('RoPE', 'no_wd', 'pl_d'), *((NAMES[m], m, f'{m}_pl_d') for m in METHODS if m in P[p]),
+                  *((NAMES[v], v, None) for v in P[p] if v not in ('no_wd', 'pl_d', *METHOD_ROWS))]
+        measures = (((lambda r: r['bands']['1-2x'], 'CE at 1-2x'), (lambda r: r['bands']['8-16x'], 'CE at 8-16x'))
+                    if PARTS[p][0] == 'lm' else ((lambda r: r['beyond'], 'exact match beyond 1x'),
+                                                 (lambda r: r['token_beyond'], 'right tokens beyond 1x')))
+        for ax, (get, label) in zip(row, measures):
+            for i, (name, alone, with_pl_d) in enumerate(groups):
+                for j, v in ((j, v) for j, v in enumerate((alone, with_pl_d)) if v in P[p]):
+                    x, st = i + (j - 0.5) * 0.4, get(final(P[p][v]))
+                    ax.bar(x, st['mean'], yerr=st['std'], width=0.4, capsize=2, color=('tab:blue', 'tab:orange')[j],
+                           label=('alone (no WD)', 'with PL-D')[j] if i == 0 else None)
+                    ax.plot([x] * len(st['seeds']), st['seeds'], 'k.', ms=3)
+            ax.set_xticks(range(len(groups)), [g[0] for g in groups], rotation=30, fontsize=8)
+            ax.set_ylabel(f'{label} (final)')
+            ax.set_ylim(*(ax.get_ylim() if PARTS[p][0] == 'lm' else (0, 1.02)))
+            ax.set_title(f'{p}: each method alone and with PL-D', fontsize=9)
+        row[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, 'methods.png'), dpi=100)
+    plt.close(fig)
+
 if task_parts:  # the tasks: accuracy by length at the end, and beyond 1x across training; exact, and per token
     fig, axes = plt.subplots(len(task_parts), 4, figsize=(18, 3.6 * len(task_parts)), squeeze=False)
     for row, p in zip(axes, task_parts):

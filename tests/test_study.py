@@ -213,6 +213,7 @@ def test_study_methods(tmp_path, long_data):
     assert "| YaRN helps: better than no-WD (nothing) | methods, CE 8-16x | its own paper | no-WD" in summary
     assert f"YaRN {x['mean']:.3f} ± {x['std']:.3f}" in summary and summary.count('| DroPE |') == 3  # fit, along, final
     assert os.path.getsize(os.path.join(out, 'fig1_methods.png')) > 10_000
+    assert os.path.getsize(os.path.join(out, 'methods.png')) > 10_000
 
 
 def test_study_methods_on_the_probes(tmp_path):
@@ -234,4 +235,4 @@ def test_study_methods_on_the_probes(tmp_path):
     assert cfg['task'] == 'delay_copy' and cfg['pos_encoding'] == 'nope' and cfg['learning_rate'] == 1e-3 / 10
     learned = last('learned')
     assert learned['model']['wpe.weight'].shape[0] == 138  # 128 + 2 * 4 + 3 tokens, less the last
-    assert os.path.getsize(os.path.join(out, 'tasks.png')) > 10_000
+    assert os.path.getsize(os.path.join(out, 'tasks.png')) > 10_000 and os.path.getsize(os.path.join(out, 'methods.png')) > 10_000
