@@ -37,6 +37,7 @@ if __name__ == '__main__':
     max_length = 0  # the most tokens one pass sees; 0: the length the checkpoint was trained at
     chunk_size = 1024  # prefill chunk through the cache
     window: int | list | None = None  # replaces the model's sliding windows (e.g. the paper's "SW" without CPT)
+    overrides: dict | None = None  # model arguments no weight depends on, e.g. {'rope_scaling': 'yarn', 'rope_factor': 4.0}
     include_path = ''  # a folder of local task YAMLs
     out = ''  # the results JSON; default: the checkpoint's path without .pt, plus _lm_eval.json
     device = 'cuda' if torch.cuda.is_available() else 'cpu'
@@ -53,7 +54,7 @@ if __name__ == '__main__':
     manager = TaskManager(include_path=include_path or None)
     names = lengthgen.task_names(tasks, manager)  # unknown names are said before the model loads
     try:
-        lm = lengthgen.LengthGenLM(ckpt, device, batch_size, dtype, max_length, chunk_size, window)
+        lm = lengthgen.LengthGenLM(ckpt, device, batch_size, dtype, max_length, chunk_size, window, overrides)
     except ValueError as e:
         raise SystemExit(str(e))
     results = lm_eval.simple_evaluate(model=lm, tasks=names, num_fewshot=num_fewshot, limit=limit,

@@ -123,10 +123,11 @@ def greedy_until(model, tok, ids, until, max_new_tokens, chunk_size, device):
 class LengthGenLM(LM):
     """lm-eval's LM over checkpoint.load_model: any checkpoint file or weights folder with a tokenizer.
     max_length: the most tokens one forward pass sees (0: the length the checkpoint was trained at).
-    dtype: 'bfloat16' runs under autocast (the eval scripts' default on CUDA), 'float32' plain."""
+    dtype: 'bfloat16' runs under autocast (the eval scripts' default on CUDA), 'float32' plain.
+    window, overrides: model arguments that change no weight (checkpoint.load_for_eval), e.g. YaRN."""
 
     def __init__(self, ckpt, device=None, batch_size=1, dtype=None, max_length=0, chunk_size=1024, window=None,
-                 max_batch_size=None, max_gen_toks=256):
+                 overrides=None, max_batch_size=None, max_gen_toks=256):
         super().__init__()
         device = device or ('cuda' if torch.cuda.is_available() else 'cpu')
         if device.startswith('cuda') and not torch.cuda.is_available():  # lm-eval's CLI defaults to cuda:0
@@ -136,7 +137,8 @@ class LengthGenLM(LM):
             raise ValueError("batch_size 'auto' is not supported here: give a number")
         if dtype not in ('bfloat16', 'float32'):
             raise ValueError(f"dtype must be 'bfloat16' or 'float32', got {dtype!r}")
-        self.model, self.tok, info, self.autocast = checkpoint.eval_setup(ckpt, device, dtype, 'lm-eval', window)
+        self.model, self.tok, info, self.autocast = checkpoint.eval_setup(ckpt, device, dtype, 'lm-eval', window,
+                                                                              overrides=overrides)
         if self.tok.spec['kind'] == 'symbols':
             raise ValueError(f"{ckpt} reads the symbols of a synthetic task, not text: "
                              f"lm-eval's tasks need a text tokenizer")

@@ -156,6 +156,27 @@ def write_tasks(folder, model):
     return roll
 
 
+def test_overrides_reach_the_scored_model(tmp_path):
+    """overrides (model arguments no weight depends on: YaRN, the log-length temperature) change the
+    model lm-eval scores: a rolling loglikelihood past the trained length equals that of the model
+    loaded with them, and differs from the plain one's; an argument the model lacks is refused."""
+    path = save_lively(tmp_path / 'ckpt_000007.pt')
+    text = 'the grass is green and the sky is blue. ' * 4  # 160 bytes, past the trained 64
+    seq = torch.tensor([[BYTE.eot] + BYTE.encode(text)])
+    got = []
+    for overrides in (None, {'attn_scale': 'log_length'}):
+        lm = lengthgen.LengthGenLM(path, device='cpu', max_length=256, overrides=overrides)
+        model = checkpoint.load_model(path, **(overrides or {}))[0]
+        got.append(lm.loglikelihood_rolling(requests('loglikelihood_rolling', (text,)))[0])
+        assert got[-1] == pytest.approx(-model.position_losses(seq[:, :-1], seq[:, 1:]).double().sum().item(), **TOL)
+    assert abs(got[0] - got[1]) > 1e-3
+    write_tasks(tmp_path / 'tasks', checkpoint.load_model(path)[0])
+    p = subprocess.run([sys.executable, 'eval_lm.py', f'--ckpt={path}', '--tasks=tiny_mc', '--limit=1',
+                        f'--include_path={tmp_path / "tasks"}', "--overrides={'rope_scale': 4.0}"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 1 and 'cannot load' in p.stderr and 'rope_scale' in p.stderr, p.stderr
+
+
 def test_local_tasks_through_lm_eval_and_the_script(tmp_path):
     from lm_eval.tasks import TaskManager
     path = save_lively(tmp_path / 'ckpt_000007.pt')
