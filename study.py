@@ -206,16 +206,16 @@ def train(part, variant, seed, threads):
         if not resume:
             shutil.rmtree(d, ignore_errors=True)
         os.makedirs(d, exist_ok=True)
-        args, start = [*PARTS[part][1], *VARIANTS.get(variant, [])], 'scratch'
+        args, start, length = [*PARTS[part][1], *VARIANTS.get(variant, [])], 'scratch', []
         if variant == 'orig':  # phase 1 of continued pre-training, with WD
             args = [*PHASE1[part][0], *VARIANTS['wd']]
         elif source(part, variant):  # CPT from its source's final checkpoint (trained first: see below)
             src = run_dir(part, source(part, variant), seed)
             start = checkpoint.step_path(src, checkpoint.steps(src)[-1])
             if variant in SOURCES:  # as the CPT parts: a tenth of the source's learning rate, 100 of its steps
-                c = checkpoint.load_any(start)['config']
-                args += [f"--learning_rate={c['learning_rate'] / 10}", f"--max_tokens={100 * c['tokens_per_batch']}"]
-        cmd = [sys.executable, 'train.py', *args, *(TINY[PARTS[part][0]] if tiny else []),
+                c = checkpoint.load_any(start)['config']  # (100 steps in the tiny runs too: after TINY)
+                length = [f"--learning_rate={c['learning_rate'] / 10}", f"--max_tokens={100 * c['tokens_per_batch']}"]
+        cmd = [sys.executable, 'train.py', *args, *(TINY[PARTS[part][0]] if tiny else []), *length,
                f'--seed={seed}', f'--out_dir={d}', '--device=cpu', '--init_from=' + ('resume' if resume else start)]
         with open(os.path.join(d, 'train.log'), 'a') as log:
             if subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env).returncode:

@@ -203,6 +203,7 @@ def test_study_methods(tmp_path, long_data):
     assert cfg['pos_encoding'] == 'nope' and cfg['schedule'] == 'constant' and cfg['weight_decay'] == 0.0
     source = torch.load(os.path.join(run('no_wd'), 'ckpt_000020.pt'), weights_only=True)['config']
     assert source['pos_encoding'] == 'rope' and cfg['learning_rate'] == source['learning_rate'] / 10
+    assert max(glob.glob(os.path.join(run('drope'), 'ckpt_*.pt'))).endswith('ckpt_000100.pt')  # 100 steps, tiny too
     assert torch.load(os.path.join(run('rand'), 'ckpt_000020.pt'), weights_only=True)['config']['rope_random'] == 8
     # YaRN: no_wd's checkpoints, no training of its own, every measure changed by the scaling
     assert os.listdir(run('yarn')) == ['eval.json'] and yarn['steps'].keys() == no_wd['steps'].keys()
