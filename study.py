@@ -144,9 +144,9 @@ CPT = lambda part, lr, steps, every: [  # noqa: E731
     f'--learning_rate={lr}', f"--max_tokens={steps * (4096 if PHASE1[part][0][0] == LM[0] else 2048)}",
     f'--ckpt_interval={every}']
 METHOD_ROWS = [f'{m}{s}' for m in METHODS for s in ('', '_pl_d')]
-# the probes as the needle: no spike check (DroPE's recalibration on the offset task, from a loss of 11.7
-# nats once RoPE is gone, rose 1.1 nats above its recent low at step 55 of seed 1)
-PROBE = ['--eval_interval=100000', '--task_eval_samples=20', '--ckpt_interval=20', '--spike_threshold=0']
+# the probes as the needle, spike check off too (DroPE's recalibration on the offset task, from a loss of
+# 11.7 nats once RoPE is gone, rose 1.1 nats above its recent low at step 55 of seed 1)
+PROBE = NEEDLE[1:]
 PHASE1_ROWS = ('orig', 'sw')  # a CPT part's rows measured along phase 1, not along CPT
 CPT_VARIANTS = ['orig', 'sw', 'wd', 'no_wd', 'pn_d', 'pl_d', 'vpad', 'pl_d_p0.2', 'vpad_p0.2', 'attn_d']
 PARTS = {  # part -> (kind, train.py arguments, variants)
@@ -208,7 +208,7 @@ def train(part, variant, seed, threads):
         if not resume:
             shutil.rmtree(d, ignore_errors=True)
         os.makedirs(d, exist_ok=True)
-        args, start, length = [*PARTS[part][1], *VARIANTS.get(variant, [])], 'scratch', []
+        args, start, from_source = [*PARTS[part][1], *VARIANTS.get(variant, [])], 'scratch', []
         if variant == 'orig':  # phase 1 of continued pre-training, with WD
             args = [*PHASE1[part][0], *VARIANTS['wd']]
         elif source(part, variant):  # CPT from its source's final checkpoint (trained first: see below)
@@ -216,8 +216,9 @@ def train(part, variant, seed, threads):
             start = checkpoint.step_path(src, checkpoint.steps(src)[-1])
             if variant in SOURCES:  # as the CPT parts: a tenth of the source's learning rate, 100 of its steps
                 c = checkpoint.load_any(start)['config']  # (100 steps in the tiny runs too: after TINY)
-                length = [f"--learning_rate={c['learning_rate'] / 10}", f"--max_tokens={100 * c['tokens_per_batch']}"]
-        cmd = [sys.executable, 'train.py', *args, *(TINY[PARTS[part][0]] if tiny else []), *length,
+                from_source = [f"--learning_rate={c['learning_rate'] / 10}",
+                               f"--max_tokens={100 * c['tokens_per_batch']}"]
+        cmd = [sys.executable, 'train.py', *args, *(TINY[PARTS[part][0]] if tiny else []), *from_source,
                f'--seed={seed}', f'--out_dir={d}', '--device=cpu', '--init_from=' + ('resume' if resume else start)]
         with open(os.path.join(d, 'train.log'), 'a') as log:
             if subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env).returncode:
