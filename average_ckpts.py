@@ -28,6 +28,17 @@ import torch
 import checkpoint
 from checkpoint import average, shapes, weight_files
 
+def is_average(path):
+    """Whether path is an earlier output of this script: a folder with averaged.json, or a
+    checkpoint file with averaged_from."""
+    if os.path.isdir(path):
+        return os.path.exists(os.path.join(path, 'averaged.json'))
+    try:
+        return 'averaged_from' in checkpoint.load(path)
+    except (OSError, ValueError, TypeError):
+        return False
+
+
 def write_file(state, paths, steps, out):
     """A checkpoint file: the newest's metadata with the averaged weights (atomic)."""
     ckpt = dict(checkpoint.load(paths[-1]))
@@ -60,17 +71,20 @@ if __name__ == '__main__':
     stride = 1  # take every stride-th checkpoint, counted back from the newest
     start = 0  # only steps >= start
     stop = -1  # only steps <= stop (-1: no limit)
-    steps: list = []  # or exactly these steps of ckpt_dir
+    steps: list[int] = []  # or exactly these steps of ckpt_dir
     ckpts: list = []  # or these checkpoint files or weights folders, oldest first
     out = ''  # default: ckpt_dir/avg{K}_{first}-{last}.pt, or beside the newest given path: <name>_avg{K}[.pt]
+    overwrite = False  # replace an earlier average at out (never anything else)
     # -------------------------------------------------------------------------
-    globals().update(configure(globals(), sys.argv[1:]))
-    if last < 0 or stride < 1:
-        raise SystemExit(f"config error: last must be >= 0 (0: all in the range) and stride >= 1, got {last} and {stride}")
+    LIMITS = {'last': (0, None), 'stride': (1, None), 'start': (0, None), 'stop': (0, None, -1),
+              'steps': (0, None, [])}
+    globals().update(configure(globals(), sys.argv[1:], limits=LIMITS))
     try:
         if ckpts:
             paths, chosen = list(ckpts), []
         elif ckpt_dir:
+            if not os.path.isdir(ckpt_dir):
+                raise ValueError(f"--ckpt_dir={ckpt_dir} is not a folder")
             chosen = sorted(steps) if steps else checkpoint.select(ckpt_dir, last, stride, start, stop)
             paths = [checkpoint.step_path(ckpt_dir, s) for s in chosen]
             missing = [p for p in paths if not os.path.exists(p)]
@@ -85,8 +99,7 @@ if __name__ == '__main__':
             out = os.path.join(ckpt_dir, f'avg{len(paths)}_{chosen[0]:06d}-{chosen[-1]:06d}.pt')
         elif not out:  # beside the newest of the given paths
             out = paths[-1].rstrip('/').removesuffix('.pt') + f'_avg{len(paths)}' + ('' if folders else '.pt')
-        if os.path.abspath(out) in map(os.path.abspath, paths):
-            raise ValueError(f"--out={out} is one of the checkpoints being averaged")
+        checkpoint.check_output(out, overwrite, is_average, 'average_ckpts.py')  # not a run's
         names = [os.path.basename(p.rstrip('/')) for p in paths]
         names = names if len(names) < 5 else names[:2] + ['...'] + names[-2:]
         print(f"averaging {len(paths)} checkpoints: {', '.join(names)}")

@@ -14,20 +14,24 @@ Released weights (Hugging Face repo ids, SmolLM3 and Mamba2 folders, in and out)
 weights.py.
 """
 
+import atexit
 import errno
 import fcntl
 import glob
+import hashlib
 import json
 import os
 import pickle
 import re
 import shutil
+import tempfile
 from contextlib import nullcontext
 from dataclasses import fields
 
 import torch
 from tqdm import tqdm
 
+import hardware
 import weights  # imported here, not lazily: weights.py reads and writes folders without checkpoint.py (it
 # needs only model.py's Transformer), so load_any can call it and no import cycle can arise
 from mamba import Mamba2, Mamba2Config
@@ -35,6 +39,7 @@ from model import Transformer, TransformerConfig
 from tokens import Tokenizer, same_tokenizer
 
 MODELS = {'transformer': (Transformer, TransformerConfig), 'mamba2': (Mamba2, Mamba2Config)}
+CKPT_KEYS = {'model', 'model_type', 'model_args', 'tokenizer', 'step'}  # what every reader takes
 
 
 def fsync(path):
@@ -139,22 +144,87 @@ def clean(out_dir):
 
 
 def lock(out_dir):
-    """An advisory lock on out_dir, held until the process ends (kill -9 included): one writer per
-    run folder. -> the open lock file, to be kept; SystemExit naming the holder's pid if another
-    process has it."""
-    f = open(os.path.join(out_dir, 'lock'), 'a+')
-    try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        f.seek(0)
-        holder = f.read().strip() or 'unknown'
-        raise SystemExit(f"{out_dir} is in use by another run (pid {holder}): wait for it to end, or stop it "
-                         f"(kill {holder}), before writing to this folder") from None
+    """An advisory lock on out_dir (made if new), taken before anything in it is read and held until
+    the process ends (kill -9 included): one writer per run folder from the first moment.
+    -> the open lock file, to be kept; SystemExit naming the holder's pid if another process has it.
+    A run that ends before writing anything leaves no trace: at exit, a folder holding only the lock
+    loses it, and the folder too if this run made it."""
+    made = not os.path.isdir(out_dir)
+    path = os.path.join(out_dir, 'lock')
+    while True:
+        try:
+            os.makedirs(out_dir, exist_ok=True)
+            f = open(path, 'a+')
+        except OSError as e:
+            raise SystemExit(f"cannot write to out_dir {out_dir}: {e.strerror or e}") from None
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or 'unknown'
+            raise SystemExit(f"{out_dir} is in use by another run (pid {holder}): wait for it to "
+                             f"end, or stop it (kill {holder}), before writing here") from None
+        try:  # the file locked is still the folder's: a run ending now may have removed it
+            if os.stat(path).st_ino == os.fstat(f.fileno()).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        f.close()
     f.seek(0)
     f.truncate()
     f.write(f"{os.getpid()}\n")
     f.flush()
+    LOCKS.append((out_dir, made, f))
     return f
+
+
+LOCKS = []  # (out_dir, whether this process made it, the lock file) of every lock taken: release
+
+
+@atexit.register
+def release():
+    """At exit: every lock is let go; that of a run that wrote nothing is removed, and its folder if
+    the run made it."""
+    while LOCKS:
+        out_dir, made, f = LOCKS.pop()
+        f.close()
+        try:
+            if os.listdir(out_dir) == ['lock']:
+                os.remove(os.path.join(out_dir, 'lock'))
+                if made:
+                    os.rmdir(out_dir)
+        except OSError:  # another run took the folder meanwhile: it is its own
+            pass
+
+
+RUN_FILE = re.compile(r'(ckpt|optim)_\d+\.pt|log\.jsonl|lock')  # what a training run writes
+
+
+def check_output(path, overwrite, ours, tool):
+    """SystemExit, before anything is computed, unless `path` (a file or a folder) may be written:
+    never a training run's file or a folder that holds one; an existing path only if ours(path)
+    says `tool` wrote it and overwrite is given; and its folder writable."""
+    name = os.path.basename(path.rstrip('/'))
+    run = os.path.isdir(path) and any(map(RUN_FILE.fullmatch, os.listdir(path)))
+    if RUN_FILE.fullmatch(name) or run:
+        raise SystemExit(f"{path} is a training run's file or folder, not to be written over: "
+                         f"choose another --out")
+    if os.path.lexists(path):
+        if not ours(path):
+            raise SystemExit(f"{path} exists and was not written by {tool}: choose another --out")
+        if not overwrite:
+            raise SystemExit(f"{path} holds an earlier output of {tool}: --overwrite=True replaces "
+                             f"it")
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(parent):  # the nearest folder that exists must let us make the rest
+        parent = os.path.dirname(parent)
+    try:
+        if not os.path.isdir(parent):
+            raise NotADirectoryError(errno.ENOTDIR, 'a file, not a folder')
+        tempfile.TemporaryFile(dir=parent).close()
+    except OSError as e:
+        raise SystemExit(f"cannot write {path}: {parent} is not a writable folder "
+                         f"({e.strerror or e})") from None
 
 
 def build_model(model_type, args):
@@ -172,9 +242,11 @@ def load_any(path):
     if os.path.isdir(path):
         return weights.load_folder(path)
     ckpt = load(path)
-    if not isinstance(ckpt, dict) or 'model' not in ckpt or 'model_type' not in ckpt:
-        what = ("an optimizer state (optim_*.pt): give the ckpt_*.pt beside it" if isinstance(ckpt, dict)
-                and 'optimizer' in ckpt else "not a model checkpoint of this repository (ckpt_*.pt)")
+    if not isinstance(ckpt, dict) or not CKPT_KEYS <= ckpt.keys():
+        optimizer = isinstance(ckpt, dict) and 'optimizer' in ckpt
+        what = ("an optimizer state (optim_*.pt): give the ckpt_*.pt beside it" if optimizer else
+                f"not a model checkpoint of this repository (ckpt_*.pt, with "
+                f"{', '.join(sorted(CKPT_KEYS))})")
         raise ValueError(f"{path} is {what}")
     return ckpt
 
@@ -198,6 +270,7 @@ def load_for_eval(path, device, purpose, window=None, overrides=None):
     sliding windows (an int for every layer, or a list), e.g. the paper's "SW" without CPT;
     overrides: other model arguments that change no weight, e.g. YaRN (docs/methods.md)."""
     overrides = {**(overrides or {}), **({} if window is None else {'window': window})}
+    hardware.check_device(device)
     try:
         model, tokenizer, ckpt = load_model(path, device, **overrides)
     except TypeError as e:  # an argument the model does not have
@@ -234,6 +307,44 @@ def eval_setup(ckpt, device, dtype, purpose, window=None, length=None, overrides
     if length is not None:
         check_length(model, length, ckpt)
     return model, tokenizer, info, context
+
+
+def digest(state):
+    """A fingerprint of a state dict (names, dtypes, shapes and bytes): which weights an evaluation
+    scored, so that its saved results are read back for these weights only."""
+    h = hashlib.blake2b(digest_size=12)
+    for name in sorted(state):
+        t = state[name].detach().cpu().contiguous().reshape(-1)
+        h.update(f"{name} {t.dtype} {t.numel()}".encode())
+        h.update(t.view(torch.uint8).numpy().data)
+    return h.hexdigest()
+
+
+def eval_settings(info, tool, **settings):
+    """What an eval script's predictions depend on: the weights (their digest), the tokenizer, the
+    script and its settings -> the dict ruler.Results keeps beside the results."""
+    return {'tool': tool, 'weights': digest(info['model']), 'tokenizer': info['tokenizer'],
+            **settings}
+
+
+def is_summary(path):
+    """Whether path is an eval script's JSON summary (its 'ckpt' or 'checkpoints' key)."""
+    try:
+        with open(path) as f:
+            found = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return isinstance(found, dict) and bool({'ckpt', 'checkpoints'} & found.keys())
+
+
+def eval_outputs(out, tool, results=True, overwrite=False):
+    """check_output for an eval script's outputs, before anything is computed: out.json and out.png
+    (an earlier summary of ours is replaced: with results, the results file out.jsonl decides,
+    ruler.Results checking its settings; without, only with overwrite) and out.jsonl."""
+    check_output(out + '.json', overwrite or results, is_summary, tool)
+    check_output(out + '.png', overwrite or results, lambda p: is_summary(out + '.json'), tool)
+    if results:  # whose settings ruler.Results checks
+        check_output(out + '.jsonl', True, lambda p: True, tool)
 
 
 # -----------------------------------------------------------------------------
@@ -274,7 +385,10 @@ def resume_state(out_dir, sharded, say=print):
     for step in reversed(resumable):
         try:
             ckpt, optim = load(step_path(out_dir, step)), load(step_path(out_dir, step, 'optim'))
-        except (OSError, ValueError, KeyError) as e:
+            if not (isinstance(ckpt, dict) and 'model' in ckpt
+                    and isinstance(optim, dict) and 'optimizer' in optim):
+                raise ValueError("the pair is not a checkpoint and its optimizer state")
+        except (OSError, ValueError) as e:
             say(f"warning: passing over step {step}: {e}; trying the checkpoint before it")
             continue
         if optim.get('sharded', False) != sharded:  # FSDP's state is keyed by parameter name, DDP's by index

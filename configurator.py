@@ -9,7 +9,8 @@ overrides follow (value parsed as a Python literal, else taken as a string). Unl
 an unknown key, in a file or on the command line, is an error that names it; a value of the
 wrong type is an error (an int is fine for a float, a tuple for a list); a global annotated with
 a type (`window: int | list = 0`) accepts exactly that type, and one annotated with a Literal
-(`schedule: Literal['wsd', 'cosine'] = 'wsd'`) exactly those values. A config file may import another
+(`schedule: Literal['wsd', 'cosine'] = 'wsd'`) exactly those values; `limits` gives numeric ranges
+(`{'samples': (1, None)}`). A config file may import another
 (`from configs.scratch import *`). `--help` lists the keys, their defaults and comments.
 UPPER_CASE globals are constants, never keys.
 """
@@ -37,6 +38,8 @@ def _fits(value, t):
         return type(value) in (int, float)
     if t in (list, tuple):
         return type(value) in (list, tuple)
+    if typing.get_origin(t) in (list, tuple):  # list[int]: every element an int
+        return type(value) in (list, tuple) and all(_fits(v, typing.get_args(t)[0]) for v in value)
     return type(value) is t
 
 
@@ -46,15 +49,17 @@ def check(key, value, default, annotation=None, where='command line'):
         if value in typing.get_args(annotation) and type(value) is type(default):
             return value
         raise SystemExit(f"config error ({where}): {key} must be one of {list(typing.get_args(annotation))}, got {value!r}")
-    if annotation is not None:
-        allowed = typing.get_args(annotation) or (annotation,)
+    if annotation is not None:  # a type, or a union of types (int | list[int] | None)
+        union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
+        allowed = typing.get_args(annotation) if union else (annotation,)
     elif default is None:  # no type to check against
         return value
     else:
         allowed = (type(default),)
     if any(_fits(value, t) for t in allowed):
         return value
-    names = ' or '.join(getattr(t, '__name__', str(t)) for t in allowed)
+    names = ' or '.join(str(t) if typing.get_origin(t) else getattr(t, '__name__', str(t))
+                        for t in allowed)
     raise SystemExit(f"config error ({where}): {key} must be {names}, got {value!r} ({type(value).__name__})")
 
 
@@ -87,13 +92,14 @@ def print_help(namespace, sources=()):
     raise SystemExit(0)
 
 
-def configure(namespace, argv, lenient_files=False, given=None, help_sources=()):
+def configure(namespace, argv, lenient_files=False, given=None, help_sources=(), limits=None):
     """Resolve the config: the script's defaults, then config files, then --key=value. -> dict
     lenient_files: skip the keys of config files that this script does not have (a bench or an
     eval reading a training config); unknown keys on the command line are still errors.
     given: a set that receives the keys a file or the command line set (to a default or not).
     --help (or -h) prints every key with its default and comment and exits; help_sources: other
-    files that describe some of the keys."""
+    files that describe some of the keys. limits: the allowed ranges of numeric keys
+    (check_limits)."""
     if '--help' in argv or '-h' in argv:
         print_help(namespace, help_sources)
     given = set() if given is None else given
@@ -107,7 +113,13 @@ def configure(namespace, argv, lenient_files=False, given=None, help_sources=())
             except OSError as e:
                 raise SystemExit(f"config error: cannot read config file {arg}: {e.strerror}")
             scope = {'__file__': arg}
-            exec(compile(source, arg, 'exec'), scope)
+            try:
+                exec(compile(source, arg, 'exec'), scope)
+            except SyntaxError as e:
+                raise SystemExit(f"config error: {arg}, line {e.lineno}: {e.msg}") from None
+            except Exception as e:  # a config file is plain Python: where it failed, in one line
+                raise SystemExit(f"config error: {arg} stops with {type(e).__name__}: {e}") \
+                    from None
             for key, value in scope.items():
                 if key.startswith('_') or isinstance(value, (types.ModuleType, types.FunctionType, type)):
                     continue
@@ -129,4 +141,26 @@ def configure(namespace, argv, lenient_files=False, given=None, help_sources=())
                 value = text  # a bare string
             config[key] = check(key, value, namespace[key], annotations.get(key))
             given.add(key)
-    return {k: list(v) if isinstance(v, tuple) else v for k, v in config.items()}
+    config = {k: list(v) if isinstance(v, tuple) else v for k, v in config.items()}
+    check_limits(config, limits or {})
+    return config
+
+
+def check_limits(config, limits):
+    """SystemExit naming the first key outside its limits: limits[key] = (low, high, *also), a
+    number in [low, high] (None: unbounded) or one of `also` (a special value: 0 for 'the default',
+    [] for 'none'); a list must not be empty (unless [] is in `also`), and each of its numbers lies
+    in [low, high]."""
+    for key, (low, high, *also) in limits.items():
+        value = config[key]
+        if any(value == a and type(value) is type(a) for a in also):
+            continue
+        bounds = ' and '.join(f"{op} {b}" for op, b in ((">=", low), ("<=", high)) if b is not None)
+        bounds += ''.join(f" (or {a!r})" for a in also)
+        if isinstance(value, list) and not value:
+            raise SystemExit(f"config error: {key} must not be empty")
+        for v in value if isinstance(value, list) else [value]:
+            number = isinstance(v, (int, float))
+            if number and not ((low is None or v >= low) and (high is None or v <= high)):
+                what = f"each of {key}" if isinstance(value, list) else key
+                raise SystemExit(f"config error: {what} must be {bounds}, got {value!r}")

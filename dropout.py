@@ -117,17 +117,20 @@ class VPAD(nn.Module):
         return f"p={self.p}, variant={self.variant}"
 
 
-def check(dropout_type, p):
-    """User input: a ValueError (not an assert, which python -O skips) for an unknown type or a rate outside [0, 1)."""
+def check(dropout_type, p, vpad_variant='A'):
+    """User input: a ValueError (not an assert, which python -O skips) for an unknown type or
+    VPAD variant, or a rate outside [0, 1)."""
     if dropout_type not in DROPOUT_TYPES:
         raise ValueError(f"unknown dropout_type {dropout_type!r}; choose one of {DROPOUT_TYPES}")
     if not 0 <= p < 1:
         raise ValueError(f"dropout must be in [0, 1), got {p}")
+    if vpad_variant not in VPAD_VARIANTS:
+        raise ValueError(f"unknown vpad_variant {vpad_variant!r}; choose one of {VPAD_VARIANTS}")
 
 
 def pre_linear(dropout_type, p, vpad_variant='A'):
     """The operator at a pre-linear site: identity, inverted dropout (PL-D) or VPAD."""
-    check(dropout_type, p)
+    check(dropout_type, p, vpad_variant)
     if dropout_type == 'pre_linear' and p > 0:
         return Dropout(p)
     if dropout_type == 'vpad' and p > 0:

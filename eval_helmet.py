@@ -15,11 +15,14 @@ order (--essay, python data/ruler/prepare.py) or else Shakespeare's plays, said 
 the JSON; MK-3 and JSON KV need none. A task
 whose data is missing is skipped and named; a length too short for a task is left out, and said.
 Writes <ckpt>_helmet.jsonl (every sample; an interrupted run continues) and <ckpt>_helmet.json.
+The samples are read back only under the settings that made them (ruler.Results): other settings
+at the same --out are refused, or recomputed with --overwrite=True.
 """
 
 import json
 import os
 import sys
+from typing import Literal
 
 import torch
 
@@ -34,25 +37,32 @@ if __name__ == '__main__':
     # -------------------------------------------------------------------------
     ckpt = ''  # a checkpoint file or a weights folder
     tasks: str | list = 'recall'  # HELMET dataset names, or 'recall' for all four
-    lengths = list(helmet.LENGTHS)  # prompt + tokens to generate, in the model's tokens (HELMET: 8K to 128K)
+    lengths: list[int] = list(helmet.LENGTHS)  # prompt + generated tokens (HELMET: 8K to 128K)
     samples = helmet.SAMPLES  # per task and length (HELMET's max_test_samples: 100)
     seed = 42
     essay = ruler.ESSAY  # MV's haystack: Paul Graham's essays in RULER's order (python data/ruler/prepare.py); else Shakespeare
     window: int | list | None = None  # replaces the model's sliding windows (e.g. the paper's "SW" without CPT)
     overrides: dict | None = None  # model arguments no weight depends on, e.g. {'rope_scaling': 'yarn', 'rope_factor': 4.0}
     chunk_size = 1024  # prefill chunk
+    overwrite = False  # recompute the results saved at out (of other settings: a window, a seed)
     out = ''  # output prefix; default: the checkpoint's path without .pt, plus _helmet
     device = 'cuda' if torch.cuda.is_available() else 'cpu'
-    dtype = 'bfloat16' if torch.cuda.is_available() else 'float32'
+    dtype: Literal['bfloat16', 'float32'] = 'bfloat16' if torch.cuda.is_available() else 'float32'
     # -------------------------------------------------------------------------
-    globals().update(configure(globals(), sys.argv[1:]))
+    LIMITS = {'lengths': (1, None), 'samples': (1, None), 'seed': (0, None),
+              'chunk_size': (1, None)}  # configurator.check_limits
+    globals().update(configure(globals(), sys.argv[1:], limits=LIMITS))
     names = helmet.task_list(tasks)
     model, tokenizer, info, autocast = checkpoint.eval_setup(ckpt, device, dtype, 'HELMET recall', window, max(lengths),
                                                              overrides)
     out = out or ckpt.removesuffix('.pt').rstrip('/') + '_helmet'
+    checkpoint.eval_outputs(out, 'eval_helmet.py')
+    settings = checkpoint.eval_settings(info, 'eval_helmet.py', window=window, overrides=overrides,
+                                        seed=seed, dtype=dtype, chunk_size=chunk_size, essay=essay)
+    results = ruler.Results(out + '.jsonl', settings, overwrite)  # read back under these only
 
     data = ruler.Data(essay=essay)
-    r = helmet.evaluate(model, tokenizer, ruler.Results(out + '.jsonl'), names, lengths, samples, seed,
+    r = helmet.evaluate(model, tokenizer, results, names, lengths, samples, seed,
                         data, device, chunk_size, autocast)
     print(f"\nHELMET recall ({samples} samples per task and length; ruler_recall, JSON KV substring_exact_match; x100)")
     print(helmet.table(r['scores'], lengths, os.path.basename(ckpt.rstrip('/'))))

@@ -16,6 +16,7 @@ Writes <out>.json (per checkpoint: the raw and the smoothed curve, the bands) an
 import json
 import os
 import sys
+from typing import Literal
 
 import torch
 
@@ -37,15 +38,19 @@ chunk_size = 1024
 window: int | list | None = None  # replaces the models' sliding windows (e.g. the paper's "SW" without CPT)
 overrides: dict | None = None  # model arguments no weight depends on, e.g. {'rope_scaling': 'yarn', 'rope_factor': 4.0}
 out = ''  # default: next to the first checkpoint, <ckpt>_loss
+overwrite = False  # replace an earlier <out>.json and .png of this script
 device = 'cuda' if torch.cuda.is_available() else 'cpu'
-dtype = 'bfloat16' if torch.cuda.is_available() else 'float32'
+dtype: Literal['bfloat16', 'float32'] = 'bfloat16' if torch.cuda.is_available() else 'float32'
 # -------------------------------------------------------------------------
-globals().update(configure(globals(), sys.argv[1:]))
+LIMITS = {'max_length': (1, None, 0), 'train_length': (1, None, 0), 'docs': (1, None),
+          'windows_per_doc': (1, None), 'smooth': (1, None), 'chunk_size': (1, None)}
+globals().update(configure(globals(), sys.argv[1:], limits=LIMITS))
 ckpts = [ckpt] if isinstance(ckpt, str) else ckpt
 if not ckpts or not ckpts[0]:
     raise SystemExit("give a checkpoint: --ckpt=out/quickstart/ckpt_000488.pt, or a list of them")
 autocast = checkpoint.autocast(device, dtype)
 out = out or ckpts[0].removesuffix('.pt').rstrip('/') + '_loss'
+checkpoint.eval_outputs(out, 'eval_loss.py', results=False, overwrite=overwrite)
 
 results, data = {}, None
 for path in ckpts:
@@ -57,7 +62,7 @@ for path in ckpts:
         data_dir = data_dir or info.get('config', {}).get('data_dir', '')
         try:
             data = TokenData(data_dir, split)
-        except FileNotFoundError as e:
+        except (FileNotFoundError, ValueError) as e:
             raise SystemExit(str(e))
         max_length = max_length or 16 * trained_on
         windows = data.long_windows(max_length, docs, per_document=windows_per_doc)

@@ -10,12 +10,14 @@ heatmap.
 Writes, next to the checkpoint: <ckpt>_niah.jsonl (every sample: its length in tokens, the
 answer, the prediction, the score; an interrupted run continues from it), <ckpt>_niah.json (the
 summary) and <ckpt>_niah.png (the heatmap). Takes any checkpoint or weights folder that
-checkpoint.load_model reads.
+checkpoint.load_model reads. The samples are read back only under the settings that made them
+(ruler.Results): other settings at the same --out are refused, or recomputed with --overwrite=True.
 """
 
 import json
 import os
 import sys
+from typing import Literal
 
 import torch
 
@@ -48,25 +50,32 @@ if __name__ == '__main__':
 
     # -------------------------------------------------------------------------
     ckpt = ''  # a checkpoint file or a weights folder
-    lengths = [1024, 2048, 4096, 8192, 16384]  # prompt + tokens to generate, in the model's tokens
+    lengths: list[int] = [1024, 2048, 4096, 8192, 16384]  # prompt + generated, the model's tokens
     samples = 20  # NIAH-1 samples per length
-    depths = [0, 25, 50, 75, 100]  # needle depths (% of the haystack) for the heatmap; [] for none
+    depths: list[int] = [0, 25, 50, 75, 100]  # needle depths (% of the haystack); [] for none
     depth_samples = 2  # samples per depth and length
     seed = 42
     window: int | list | None = None  # replaces the model's sliding windows (e.g. the paper's "SW" without CPT)
     overrides: dict | None = None  # model arguments no weight depends on, e.g. {'rope_scaling': 'yarn', 'rope_factor': 4.0}
     chunk_size = 1024  # prefill chunk: a long prompt's memory grows with chunk x length, not length^2
+    overwrite = False  # recompute the results saved at out (of other settings: a window, a seed)
     out = ''  # output prefix; default: the checkpoint's path without .pt, plus _niah
     device = 'cuda' if torch.cuda.is_available() else 'cpu'
-    dtype = 'bfloat16' if torch.cuda.is_available() else 'float32'
+    dtype: Literal['bfloat16', 'float32'] = 'bfloat16' if torch.cuda.is_available() else 'float32'
     # -------------------------------------------------------------------------
-    globals().update(configure(globals(), sys.argv[1:]))
+    LIMITS = {'lengths': (1, None), 'samples': (1, None), 'depths': (0, 100, []),
+              'depth_samples': (0, None), 'seed': (0, None), 'chunk_size': (1, None)}
+    globals().update(configure(globals(), sys.argv[1:], limits=LIMITS))
     model, tokenizer, info, autocast = checkpoint.eval_setup(ckpt, device, dtype, 'NIAH', window, max(lengths),
                                                              overrides)
     out = out or ckpt.removesuffix('.pt').rstrip('/') + '_niah'
+    checkpoint.eval_outputs(out, 'eval_niah.py')
+    settings = checkpoint.eval_settings(info, 'eval_niah.py', window=window, overrides=overrides,
+                                        seed=seed, dtype=dtype, chunk_size=chunk_size)
+    results = ruler.Results(out + '.jsonl', settings, overwrite)  # read back under these only
 
     try:
-        summary = ruler.evaluate_niah(model, tokenizer, ruler.Results(out + '.jsonl'), lengths, samples, depths,
+        summary = ruler.evaluate_niah(model, tokenizer, results, lengths, samples, depths,
                                       depth_samples, seed, device, chunk_size, autocast)
     except ValueError as e:  # a length too short for the task
         raise SystemExit(f"{e}: leave that length out of --lengths")

@@ -15,12 +15,15 @@ internet), or else Shakespeare's plays, said in the table and the JSON; SQuAD v2
 (distractor) from --squad / --hotpotqa (the original JSON files) or else through `datasets`.
 A task whose data is missing is skipped and said so, never scored 0.
 Writes <ckpt>_ruler.jsonl (every sample; an interrupted run continues) and <ckpt>_ruler.json.
+The samples are read back only under the settings that made them (ruler.Results): other settings
+at the same --out are refused, or recomputed with --overwrite=True.
 """
 
 import json
 import math
 import os
 import sys
+from typing import Literal
 
 import torch
 
@@ -34,7 +37,7 @@ if __name__ == '__main__':
     # -------------------------------------------------------------------------
     ckpt = ''  # a checkpoint file or a weights folder
     tasks: str | list = 'paper'  # task names, or a named set of ruler.SUBSETS
-    lengths = [4096, 8192, 16384, 32768]  # prompt + tokens to generate, in the model's tokens
+    lengths: list[int] = [4096, 8192, 16384, 32768]  # prompt + generated tokens, the model's tokens
     samples = 500  # per task and length (RULER's default)
     seed = 42
     essay = ruler.ESSAY  # Paul Graham's essays in RULER's order (python data/ruler/prepare.py); else Shakespeare
@@ -43,18 +46,26 @@ if __name__ == '__main__':
     window: int | list | None = None  # replaces the model's sliding windows (e.g. the paper's "SW" without CPT)
     overrides: dict | None = None  # model arguments no weight depends on, e.g. {'rope_scaling': 'yarn', 'rope_factor': 4.0}
     chunk_size = 1024  # prefill chunk
+    overwrite = False  # recompute the results saved at out (of other settings: a window, a seed)
     out = ''  # output prefix; default: the checkpoint's path without .pt, plus _ruler
     device = 'cuda' if torch.cuda.is_available() else 'cpu'
-    dtype = 'bfloat16' if torch.cuda.is_available() else 'float32'
+    dtype: Literal['bfloat16', 'float32'] = 'bfloat16' if torch.cuda.is_available() else 'float32'
     # -------------------------------------------------------------------------
-    globals().update(configure(globals(), sys.argv[1:]))
+    LIMITS = {'lengths': (1, None), 'samples': (1, None), 'seed': (0, None),
+              'chunk_size': (1, None)}  # configurator.check_limits
+    globals().update(configure(globals(), sys.argv[1:], limits=LIMITS))
     names = ruler.task_list(tasks)
     model, tokenizer, info, autocast = checkpoint.eval_setup(ckpt, device, dtype, 'RULER', window, max(lengths),
                                                              overrides)
     out = out or ckpt.removesuffix('.pt').rstrip('/') + '_ruler'
+    checkpoint.eval_outputs(out, 'eval_ruler.py')
+    settings = checkpoint.eval_settings(info, 'eval_ruler.py', window=window, overrides=overrides,
+                                        seed=seed, dtype=dtype, chunk_size=chunk_size, essay=essay,
+                                        squad=squad, hotpotqa=hotpotqa)
+    results = ruler.Results(out + '.jsonl', settings, overwrite)  # read back under these only
 
     data = ruler.Data(essay, squad, hotpotqa)
-    r = ruler.evaluate(model, tokenizer, ruler.Results(out + '.jsonl'), names, lengths, samples, seed, data, device,
+    r = ruler.evaluate(model, tokenizer, results, names, lengths, samples, seed, data, device,
                        chunk_size, autocast)
     print(f"\nRULER ({samples} samples per task and length; string_match_all, QA string_match_part; x100)")
     print(f"{'task':<18}" + ''.join(f"{ruler.length_label(L):>8}" for L in lengths) + "   empty predictions")

@@ -15,9 +15,11 @@ source: the folder of the released weights, for the tokenizer files and token id
 run's init_from when that was a folder.
 """
 
+import json
 import os
 import shutil
 import sys
+from typing import Literal
 
 import torch
 
@@ -25,15 +27,18 @@ import checkpoint
 import weights
 from configurator import configure
 
+MARK = 'exported_from.json'  # the checkpoint an export came from; what marks a folder as an export
+
 ckpt = ''  # a checkpoint file
 out = ''  # the folder to write
 source = ''  # the released weights' folder or hub name (tokenizer files, token ids); default: the run's init_from
-dtype = 'bfloat16'  # of the written weights: bfloat16, float16 or float32
+dtype: Literal['bfloat16', 'float16', 'float32'] = 'bfloat16'  # of the written weights
+overwrite = False  # replace an earlier export at out (never another folder)
 globals().update(configure(globals(), sys.argv[1:]))
 if not ckpt or not out:
     raise SystemExit("give --ckpt=<checkpoint file> and --out=<folder>")
-if dtype not in ('bfloat16', 'float16', 'float32'):
-    raise SystemExit(f"--dtype must be bfloat16, float16 or float32, got {dtype!r}")
+checkpoint.check_output(out, overwrite, lambda p: os.path.exists(os.path.join(p, MARK)),
+                        'export_hf.py')
 try:
     model, _, info = checkpoint.load_model(ckpt)
 except (OSError, RuntimeError, ValueError) as e:
@@ -44,17 +49,25 @@ try:  # a hub name: its cached folder (a path stays as it is)
 except ValueError as e:
     raise SystemExit(f"--source: {e}")
 given, source = source, (source if os.path.isdir(source) else None)
-if info['model_type'] == 'mamba2':
-    weights.to_transformers(model).to(getattr(torch, dtype)).save_pretrained(out)
-    for name in ('tokenizer.json', 'tokenizer_config.json', 'special_tokens_map.json'):
-        if source and os.path.exists(os.path.join(source, name)):
-            shutil.copy(os.path.join(source, name), out)
-else:
-    try:  # the layout is checked before anything is written
-        weights.save_smollm3(model, out, source, dtype=getattr(torch, dtype))
-    except ValueError as e:
-        raise SystemExit(f"cannot export {ckpt}: {e}. Evaluate it with eval_lm.py instead: "
-                         f"python eval_lm.py --ckpt={ckpt} --tasks=arc_easy,...")
+tmp = out.rstrip('/') + '.tmp'  # written whole, then put in place: an export is never half there
+shutil.rmtree(tmp, ignore_errors=True)
+try:
+    if info['model_type'] == 'mamba2':
+        weights.to_transformers(model).to(getattr(torch, dtype)).save_pretrained(tmp)
+        for name in ('tokenizer.json', 'tokenizer_config.json', 'special_tokens_map.json'):
+            if source and os.path.exists(os.path.join(source, name)):
+                shutil.copy(os.path.join(source, name), tmp)
+    else:
+        try:  # the layout is checked before anything is written
+            weights.save_smollm3(model, tmp, source, dtype=getattr(torch, dtype))
+        except ValueError as e:
+            raise SystemExit(f"cannot export {ckpt}: {e}. Evaluate it with eval_lm.py instead: "
+                             f"python eval_lm.py --ckpt={ckpt} --tasks=arc_easy,...")
+    with open(os.path.join(tmp, MARK), 'w') as f:
+        json.dump({'ckpt': os.path.abspath(ckpt), 'step': info['step']}, f)
+    checkpoint.replace_folder(tmp, out)
+finally:
+    shutil.rmtree(tmp, ignore_errors=True)
 if not source:
     print(f"note: no source folder ({given or 'none'}): the export has no tokenizer files; give --source=<weights folder>")
 print(f"wrote {out} (step {info['step']} of {ckpt})")

@@ -6,6 +6,8 @@ memory of a long prefill and decoding through the KV cache (gpu_check.py holds a
 both), and the GPU's peak FLOP/s, for MFU (train.py, bench.py, gpu_check.py).
 """
 
+import os
+
 import torch
 
 
@@ -32,14 +34,46 @@ def memory_estimate(model, batch_size, block_size, bf16, checkpointing=False, fs
     return {'states': states, 'activations': acts, 'attention': attention, 'logits': 10 * tokens * c.vocab_size}
 
 
-def describe_memory(model, batch_size, block_size, bf16, checkpointing=False, fsdp_world=1, no_sync=False):
-    """memory_estimate as train.py prints it, in GB by part and in all."""
-    gb = {k: v / 2 ** 30 for k, v in memory_estimate(model, batch_size, block_size, bf16, checkpointing, fsdp_world,
-                                                      no_sync).items()}
-    return (f"memory per process (estimate): weights, gradients and AdamW {gb['states']:.1f} GB + activations "
-            f"{gb['activations']:.1f} GB + attention probabilities {gb['attention']:.1f} GB + logits "
-            f"{gb['logits']:.1f} GB = {sum(gb.values()):.1f} GB (batch_size {batch_size} x {block_size}"
-            f"{', activation checkpointing' if checkpointing else ''}{f', FSDP over {fsdp_world}' if fsdp_world > 1 else ''})")
+def describe_memory(model, batch_size, block_size, bf16, checkpointing=False, fsdp_world=1,
+                    no_sync=False, device=None):
+    """memory_estimate as train.py prints it, in GB by part and in all; given the device, a
+    SystemExit if the total is more than it has (machine_memory)."""
+    parts = memory_estimate(model, batch_size, block_size, bf16, checkpointing, fsdp_world, no_sync)
+    gb = {k: v / 2 ** 30 for k, v in parts.items()}
+    line = (f"memory per process (estimate): weights, gradients and AdamW {gb['states']:.1f} GB"
+            f" + activations {gb['activations']:.1f} GB + attention probabilities "
+            f"{gb['attention']:.1f} GB + logits {gb['logits']:.1f} GB = {sum(gb.values()):.1f} GB "
+            f"(batch_size {batch_size} x {block_size}"
+            f"{', activation checkpointing' if checkpointing else ''}"
+            f"{f', FSDP over {fsdp_world}' if fsdp_world > 1 else ''})")
+    have = machine_memory(device) if device else None
+    if have and sum(parts.values()) > have:
+        raise SystemExit(f"config error: the run does not fit: {line}, more than the "
+                         f"{have / 2 ** 30:.1f} GB of {device}. Use a smaller model or batch_size, "
+                         f"activation_checkpointing, or FSDP")
+    return line
+
+
+def check_device(device):
+    """SystemExit, said plainly, for a device this machine does not have (no GPU, too high an
+    index)."""
+    kind, _, index = device.partition(':')
+    if kind not in ('cpu', 'cuda', 'mps') or index and not index.isdigit():
+        raise SystemExit(f"config error: device must be 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps', "
+                         f"got {device!r}")
+    if kind == 'cuda' and torch.cuda.device_count() <= int(index or 0):
+        raise SystemExit(f"config error: device = {device!r}, but torch sees "
+                         f"{torch.cuda.device_count()} GPU(s) here: use --device=cpu (or 'auto')")
+    if kind == 'mps' and not torch.backends.mps.is_available():
+        raise SystemExit("config error: device = 'mps', but this machine has no MPS: use "
+                         "--device=cpu (or 'auto')")
+
+
+def machine_memory(device):
+    """Bytes of memory one process on device can have: the GPU's, or the machine's RAM."""
+    if str(device).startswith('cuda'):
+        return torch.cuda.get_device_properties(torch.device(device)).total_memory
+    return os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
 
 
 def inference_estimate(model, length, chunk, bf16):

@@ -331,6 +331,8 @@ def on_essay(task):
 
 def task_list(tasks):
     names = list(TASKS) if tasks == 'recall' else [tasks] if isinstance(tasks, str) else list(tasks)
+    if not names:
+        raise SystemExit("config error: tasks must not be empty")
     unknown = [t for t in names if t not in TASKS]
     if unknown:
         raise SystemExit(f"unknown HELMET recall task {unknown[0]!r}: the tasks are {', '.join(TASKS)}, "

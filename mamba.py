@@ -23,7 +23,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from dropout import DROPOUT_TYPES, pre_linear, pre_norm
+from dropout import check as check_dropout, pre_linear, pre_norm
 
 try:  # fused kernels, CUDA only; without them the PyTorch scan below runs everywhere
     from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined
@@ -70,12 +70,17 @@ class Mamba2Config:
     use_kernels: bool = True  # mamba_ssm / causal_conv1d kernels on CUDA when they import
 
     def __post_init__(self):
+        names = ('vocab_size', 'n_layer', 'n_embd', 'd_state', 'd_conv', 'expand', 'headdim',
+                 'ngroups', 'chunk_size')
+        sizes = {k: getattr(self, k) for k in names}
+        if min(sizes.values()) < 1:
+            raise ValueError("sizes must be >= 1: " + ', '.join(f'{k} = {v}' for k, v in
+                                                                sizes.items()))
+        check_dropout(self.dropout_type, self.dropout, self.vpad_variant)
         if self.d_inner % self.headdim:
             raise ValueError(f"d_inner = expand * n_embd = {self.d_inner} must be a multiple of headdim ({self.headdim})")
         if self.nheads % self.ngroups:
             raise ValueError(f"the {self.nheads} heads must split evenly into ngroups = {self.ngroups}")
-        if self.dropout_type not in DROPOUT_TYPES:
-            raise ValueError(f"unknown dropout_type {self.dropout_type!r}; choose one of {DROPOUT_TYPES}")
         if self.use_kernels and mamba_chunk_scan_combined is not None and self.conv_channels % 8:
             raise ValueError(f"mamba_ssm's kernels need conv channels (d_inner + 2 * ngroups * d_state = "
                              f"{self.conv_channels}) to be a multiple of 8: change the sizes, or set use_kernels=False")

@@ -22,7 +22,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from attention import attention
-from dropout import pre_linear, pre_norm
+from dropout import check as check_dropout, pre_linear, pre_norm
 
 
 POS_ENCODINGS = ('nope', 'rope', 'alibi', 'nape', 'learned')
@@ -61,6 +61,13 @@ class TransformerConfig:
     attn_backend: str = 'auto'  # 'auto' (flex on CUDA where it helps, else sdpa), 'sdpa', 'flex' or 'manual'
 
     def __post_init__(self):
+        sizes = {k: getattr(self, k) for k in ('vocab_size', 'block_size', 'n_layer', 'n_head',
+                                               'n_embd', 'n_kv_head', 'head_dim', 'ffn_dim')}
+        sizes = {k: v for k, v in sizes.items() if v is not None}  # None: from the others
+        if min(sizes.values()) < 1:
+            raise ValueError("sizes must be >= 1: " + ', '.join(f'{k} = {v}' for k, v in
+                                                                sizes.items()))
+        check_dropout(self.dropout_type, self.dropout, self.vpad_variant)
         L = self.n_layer
         for name in ('pos_encoding', 'window'):  # per-layer lists; a shorter pattern repeats
             value = getattr(self, name)

@@ -54,11 +54,14 @@ dropout_type = dropout_type or c.dropout_type
 if dropout_type not in ('pre_linear', 'vpad'):
     raise SystemExit(f"the model was trained with dropout_type={c.dropout_type!r}: give --dropout_type=pre_linear or vpad")
 p = dropout if dropout >= 0 else (c.dropout or 0.1)
-op = pre_linear(dropout_type, p, vpad_variant or c.vpad_variant)
+try:
+    op = pre_linear(dropout_type, p, vpad_variant or c.vpad_variant)
+except ValueError as e:
+    raise SystemExit(f"config error: {e}")
 config = info.get('config', {})
 try:
     data = TokenData(data_dir or config.get('data_dir', ''), split)
-except FileNotFoundError as e:
+except (FileNotFoundError, ValueError) as e:
     raise SystemExit(str(e))
 length = length or config.get('block_size') or 1024
 torch.manual_seed(seed)

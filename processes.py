@@ -18,12 +18,15 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+import hardware
+
 
 def start(device):
     """-> (rank, world, device): this process's place under torchrun (its own GPU), or (0, 1, device).
     device 'auto': cuda, mps, else cpu."""
     if device == 'auto':
         device = 'cuda' if torch.cuda.is_available() else 'mps' if torch.backends.mps.is_available() else 'cpu'
+    hardware.check_device(device)
     if 'RANK' not in os.environ:
         return 0, 1, device
     if sys.platform == 'linux':  # torchrun starts each worker in a session of its own: end with torchrun

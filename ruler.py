@@ -128,8 +128,13 @@ class Data:
         def load():
             path = self.squad_path if dataset == 'squad' else self.hotpotqa_path
             if path:
-                with open(path) as f:
-                    raw = json.load(f)
+                try:
+                    with open(path) as f:
+                        raw = json.load(f)
+                    return read_squad(raw) if dataset == 'squad' else read_hotpotqa(raw)
+                except (OSError, ValueError, KeyError, TypeError) as e:  # before any sample runs
+                    raise SystemExit(f"--{dataset}={path} is not {dataset}'s dev JSON in its "
+                                     f"original layout ({type(e).__name__}: {e})") from None
             else:
                 try:
                     raw = hub_qa(dataset)
@@ -588,24 +593,64 @@ def plan(tasks, lengths, samples, missing, check, say=print):
 
 class Results:
     """Per-sample results in a JSONL file, appended as they come: an interrupted run continues
-    where it stopped, and no sample is scored twice."""
+    where it stopped, and no sample is scored twice. Its first line holds the settings that change a
+    prediction (the weights' digest, window, overrides, seed, tokenizer, data, dtype): rows are read
+    back only under the same settings. Other settings, or a file that is not ours, are a SystemExit
+    before anything is computed; overwrite starts the file anew (ours only)."""
 
-    def __init__(self, path):
-        self.path, self.rows = path, {}
-        if os.path.exists(path):
-            with open(path) as f:
-                for line in f:
-                    if line.strip():
-                        row = json.loads(line)
-                        self.rows[row['id']] = row
+    def __init__(self, path, settings=None, overwrite=False):
+        self.path, self.rows = path, {}  # id -> row
+        self.settings = json.loads(json.dumps(settings or {}))  # as the file holds them: lists, ...
+        lines = open(path, 'rb').read().split(b'\n') if os.path.exists(path) else []
+        head = parse(lines[0]) if lines else None
+        if lines and not (isinstance(head, dict) and list(head) == ['settings']):
+            raise SystemExit(f"{path} is not a results file with settings (another tool's, or "
+                             f"one written before results carried them): choose another --out, "
+                             f"or delete it")
+        rows, cut = {}, False
+        for n, line in enumerate(lines[1:], 2):
+            row = parse(line)
+            if isinstance(row, dict) and 'id' in row:
+                rows[row['id']] = row
+            elif n == len(lines) and line:  # the last line, cut short by a kill during its write
+                cut = True
+            elif line.strip():
+                raise SystemExit(f"line {n} of {path} is not a result row: delete the file, or "
+                                 f"choose another --out")
+        if head and head['settings'] != self.settings and not overwrite:
+            old = head['settings']
+            new = self.settings
+            diff = '; '.join(f"{k}: {old.get(k)!r} there, {new.get(k)!r} now"
+                             for k in sorted(old.keys() | new.keys()) if old.get(k) != new.get(k))
+            raise SystemExit(f"{path} holds results of other settings ({diff}): --overwrite=True "
+                             f"recomputes them, or choose another --out")
+        self.fresh = not lines or overwrite  # the file is (re)started by the first row, not before
+        if not self.fresh:
+            self.rows = rows
+            if cut:  # dropped, so that the next row starts a line of its own
+                with open(path, 'rb+') as f:
+                    f.truncate(len(b'\n'.join(lines[:-1])) + 1)
 
     def __contains__(self, id):
         return id in self.rows
 
     def add(self, row):
         self.rows[row['id']] = row
+        if self.fresh:
+            os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+            with open(self.path, 'w') as f:
+                f.write(json.dumps({'settings': self.settings}) + '\n')
+            self.fresh = False
         with open(self.path, 'a') as f:
             f.write(json.dumps(row) + '\n')
+
+
+def parse(line):
+    """A JSON line -> its value, or None if it does not parse."""
+    try:
+        return json.loads(line)
+    except ValueError:
+        return None
 
 
 def length_label(n):
@@ -678,6 +723,8 @@ def evaluate(model, tokenizer, results, tasks, lengths, samples, seed, data, dev
 def task_list(tasks):
     names = SUBSETS[tasks] if isinstance(tasks, str) and tasks in SUBSETS else \
         [tasks] if isinstance(tasks, str) else list(tasks)
+    if not names:
+        raise SystemExit("config error: tasks must not be empty")
     unknown = [t for t in names if t not in TASKS]
     if unknown:
         raise SystemExit(f"unknown RULER task {unknown[0]!r}: the tasks are {', '.join(TASKS)}; "

@@ -26,7 +26,15 @@ class RunLog:
                 raise SystemExit("config error: wandb_log=True needs wandb: pip install wandb (or no wandb_log)")
 
     def records(self):
-        return [json.loads(line) for line in open(self.path)] if os.path.exists(self.path) else []
+        """Every record that reads; a line cut short by a kill during its write is passed over."""
+        records = []
+        for n, line in enumerate(open(self.path) if os.path.exists(self.path) else [], 1):
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                print(f"note: passing over line {n} of {self.path}, cut short by an interrupted "
+                      f"write", flush=True)
+        return records
 
     def check_replay(self, start_iter, config, skipping):
         """SystemExit if this resume would replay the divergence that ended the run's last session:
@@ -48,6 +56,11 @@ class RunLog:
             return
         if os.path.exists(self.path):  # counted by text: a line cut short by a kill still counts
             self.session = sum(1 for line in open(self.path) if '"event": "start"' in line)
+            with open(self.path, 'rb+') as f:  # a cut last line is ended: the next starts anew
+                end = f.seek(0, os.SEEK_END)
+                f.seek(max(end - 1, 0))
+                if end and f.read(1) != b'\n':
+                    f.write(b'\n')
         if self.wandb_log:
             import wandb
             id_file = os.path.join(self.out_dir, 'wandb_id')

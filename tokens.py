@@ -145,7 +145,11 @@ def read_shard(path):
         raise ValueError(f"{path} is not a token shard (bad magic number); re-run the data's prepare.py")
     if header[1] != VERSION:
         raise ValueError(f"{path} has shard version {header[1]}, this code reads version {VERSION}; re-run prepare.py")
-    dtype = {2: np.uint16, 4: np.uint32}[int(header[2])]
+    dtype = {2: np.uint16, 4: np.uint32}.get(int(header[2]))
+    size = 8 * HEADER_INTS + header[2] * header[3]  # the bytes the header promises
+    if dtype is None or header[3] < 0 or os.path.getsize(path) < size:
+        raise ValueError(f"{path} is cut short or damaged (its header promises {header[3]} "
+                         f"tokens); re-run prepare.py")
     return np.memmap(path, dtype=dtype, mode='r', offset=HEADER_INTS * 8, shape=(int(header[3]),))
 
 
@@ -177,7 +181,15 @@ class TokenData:
             raise FileNotFoundError(f"no {split} data in {data_dir} (expected {split}*.bin and meta.json): "
                                     f"run `{prepare_command(data_dir, tokens_wanted)}` first")
         with open(meta_path) as f:
-            self.meta = json.load(f)
+            try:
+                self.meta = json.load(f)
+            except ValueError:
+                self.meta = None
+        fields = {'tokenizer', 'vocab_size', 'eot'}
+        if not (isinstance(self.meta, dict) and fields <= self.meta.keys()):
+            command = prepare_command(data_dir, tokens_wanted)
+            raise ValueError(f"{meta_path} is not the meta.json of a prepared dataset (tokenizer, "
+                             f"vocab_size, eot): run `{command}` again")
         self.shards = [read_shard(p) for p in files]
         if limit:  # only the first `limit` tokens (a small corpus to over-fit, for regularization studies)
             ends = np.minimum(np.cumsum([len(s) for s in self.shards]), limit)
@@ -228,7 +240,7 @@ def training_data(data_dir, block_size, train_tokens=0, max_tokens=None):
     with what to do otherwise)."""
     try:
         train, val = TokenData(data_dir, 'train', train_tokens, max_tokens), TokenData(data_dir, 'val')
-    except FileNotFoundError as e:
+    except (FileNotFoundError, ValueError) as e:
         raise SystemExit(str(e))
     for split, d in (('train', train), ('val', val)):
         if d.sizes.max() <= block_size:

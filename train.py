@@ -45,7 +45,7 @@ halt_at = 0  # if > 0, checkpoint and exit at this iteration; the schedule is un
 skip_steps = 0  # with init_from='resume', after a divergence: skip the batches of the next N iterations
 # evaluation
 eval_iters = 20  # validation batches at the training length
-eval_lengths = [2048, 4096, 8192, 16384]  # lm: mean per-position loss in the bands (L1/2, L1], (L1, L2], ...
+eval_lengths: list[int] = [2048, 4096, 8192, 16384]  # lm: per-position loss to each length
 eval_windows = 16  # lm: validation windows of max(eval_lengths) tokens for the per-position loss
 # data
 task: Literal['lm', 'copy', 'needle', 'offset', 'delay_copy'] = 'lm'  # lm: on data_dir; or a task of tasks.py
@@ -93,9 +93,20 @@ wandb_log = False  # also log to Weights & Biases (pip install wandb) what log.j
 wandb_project = 'length-generalization'
 wandb_run_name = ''  # default: out_dir's name
 # -----------------------------------------------------------------------------
+# the allowed ranges of the numeric keys: (low, high, *special values) (configurator.check_limits);
+# the model's own keys are checked by its config class
+POSITIVE = ('log_interval', 'eval_interval', 'ckpt_interval', 'eval_iters', 'eval_windows',
+            'task_vocab', 'task_min_len', 'task_max_len', 'task_eval_samples', 'needle_value_len',
+            'needle_keys', 'task_offset', 'batch_size', 'block_size', 'tokens_per_batch',
+            'max_tokens')
+NOT_NEGATIVE = ('halt_at', 'skip_steps', 'train_tokens', 'weight_decay', 'grad_clip',
+                'spike_threshold', 'keep_last')
+LIMITS = {**{k: (1, None) for k in POSITIVE}, **{k: (0, None) for k in NOT_NEGATIVE},
+          'eval_lengths': (1, None, []), 'seed': (0, 2 ** 63 - 1), 'warmup_frac': (0, 1),
+          'anneal_frac': (0, 1), 'beta1': (0, 0.999999), 'beta2': (0, 0.999999)}
 given = set()
 MODEL_FILES = [sys.modules[cfg.__module__].__file__ for _, cfg in checkpoint.MODELS.values()]  # for --help
-config = configure(globals(), sys.argv[1:], given=given, help_sources=MODEL_FILES)
+config = configure(globals(), sys.argv[1:], given=given, help_sources=MODEL_FILES, limits=LIMITS)
 globals().update(config)
 user_model_keys = given & {f.name for _, cfg in checkpoint.MODELS.values() for f in fields(cfg)}
 
@@ -103,18 +114,15 @@ user_model_keys = given & {f.name for _, cfg in checkpoint.MODELS.values() for f
 def check_config():
     """The config errors that need neither data nor a model, before anything is written."""
     errors = [
-        *[(config[k] < 1, f"{k} must be at least 1, got {config[k]}")
-          for k in ('log_interval', 'eval_interval', 'ckpt_interval', 'batch_size')],
-        (keep_last < 0 or halt_at < 0,
-         f"keep_last (0 keeps every checkpoint) and halt_at (0: run to the end) must be >= 0, got "
-         f"{keep_last} and {halt_at}"),
         (not (0 < learning_rate < 3e38 and 0 <= min_lr < 3e38),  # the optimizer computes in float32
          f"learning_rate and min_lr must be positive and finite in float32, got {learning_rate}, {min_lr}"),
-        (not (0 <= warmup_frac and 0 <= anneal_frac and warmup_frac + anneal_frac * (schedule == 'wsd') <= 1),
-         f"warmup_frac ({warmup_frac}) and anneal_frac ({anneal_frac}) are fractions of the run: each >= 0, "
-         f"and warm-up plus anneal at most 1"),
-        (skip_steps < 0 or skip_steps and init_from != 'resume',
-         f"skip_steps ({skip_steps}) skips batches of a resumed run: >= 0, with --init_from=resume"),
+        (warmup_frac + anneal_frac * (schedule == 'wsd') > 1,
+         f"warmup_frac ({warmup_frac}) and anneal_frac ({anneal_frac}) are fractions of the run: "
+         f"warm-up plus anneal at most 1"),
+        (skip_steps and init_from != 'resume',
+         f"skip_steps ({skip_steps}) skips batches of a resumed run: give --init_from=resume"),
+        (task != 'lm' and task_min_len > task_max_len,
+         f"task_min_len ({task_min_len}) is above task_max_len ({task_max_len})"),
         (max_tokens < tokens_per_batch, f"max_tokens ({max_tokens:g}) is less than one step of "
                                         f"tokens_per_batch ({tokens_per_batch}): nothing to train"),
     ]
@@ -144,7 +152,10 @@ say = functools.partial(print, flush=True) if master else lambda *args: None
 
 # data, and the batch arithmetic
 if task != 'lm':
-    train_data = val_data = tasks.from_config(config)
+    try:
+        train_data = val_data = tasks.from_config(config)
+    except ValueError as e:
+        raise SystemExit(f"config error: {e}")
     block_size = config['block_size'] = train_data.block_size  # the longest sequence, padded to
     say(f"data: the {task} task, {task_vocab} symbols, {tasks.LENGTHS[task]} {task_min_len}-{task_max_len}, "
         f"sequences padded to {block_size}")
@@ -164,6 +175,10 @@ batch_size = micro_batch
 max_iters = int(max_tokens // tokens_per_batch)
 if vocab_size is None:
     vocab_size = config['vocab_size'] = -(-train_data.meta['vocab_size'] // 64) * 64
+if vocab_size < train_data.meta['vocab_size']:
+    raise SystemExit(f"config error: vocab_size = {vocab_size} is less than the data's "
+                     f"{train_data.meta['vocab_size']} tokens: leave it unset (the data's, "
+                     f"rounded up to a multiple of 64)")
 say(f"{max_iters:,} iterations of {tokens_per_batch:,} tokens = {world} processes x {grad_accum} micro-steps "
     f"x {batch_size} x {block_size}")
 
@@ -173,10 +188,16 @@ say(f"{max_iters:,} iterations of {tokens_per_batch:,} tokens = {world} processe
 resolved = user_model_keys | {'vocab_size', 'block_size'}  # the keys the config sets, and two resolved above
 model_args = {f.name: config[f.name] if f.name in resolved else f.default
               for f in fields(checkpoint.MODELS[model_type][1])}
+if init_from == 'scratch':  # the model's own checks (sizes, dropout), before out_dir is touched
+    try:
+        checkpoint.MODELS[model_type][1](**model_args)
+    except ValueError as e:
+        raise SystemExit(f"config error: {e}")
 start_iter, ckpt, optim_state, cpt_from, skips = 0, None, None, None, []
 log = RunLog(out_dir, master, wandb_log)  # log.jsonl (and wandb): runlog.py
-# one writer per out_dir, for the life of this process: refused before reading what another run writes
-lock = checkpoint.lock(out_dir) if master and os.path.isdir(out_dir) and os.listdir(out_dir) else None
+# one writer per out_dir, for the life of this process, from before anything in it is read (two runs
+# started together on a new folder: one of them trains); a run refused from here on leaves no trace
+lock = checkpoint.lock(out_dir) if master else None
 if init_from != 'resume' and checkpoint.steps(out_dir):  # scratch or CPT (whose source may be one of them)
     raise SystemExit(f"{out_dir} already holds checkpoints of an earlier run: continue it with "
                      f"--init_from=resume, or choose another --out_dir (or delete the folder)")
@@ -202,11 +223,16 @@ if init_from == 'resume':  # after a divergence: not into the same batches again
 if skips:
     say(f"skipping batches: from iteration {', from '.join(f'{a} the next {n}' for a, n in skips)}")
 recent = collections.deque(ckpt.get('recent_losses', []) if init_from == 'resume' else [], maxlen=20)
-torch.manual_seed(seed)  # the initial weights
 try:
-    model = checkpoint.build_model(model_type, model_args)
+    with torch.device('meta'):  # its shape alone: what it needs, before anything is allocated
+        shape = checkpoint.build_model(model_type, model_args)
 except ValueError as e:
     raise SystemExit(f"config error: {e}")
+memory = hardware.describe_memory(shape, batch_size, block_size, dtype == 'bfloat16',
+                                  activation_checkpointing, world if sharded else 1,
+                                  sharded and grad_accum > 1, device)  # SystemExit: cannot fit
+torch.manual_seed(seed)  # the initial weights
+model = checkpoint.build_model(model_type, model_args)
 if ckpt is not None:
     model.load_state_dict(ckpt['model'])
     del ckpt
@@ -222,8 +248,7 @@ if activation_checkpointing:  # the backward recomputes each block (and replays 
                                           use_reentrant=False)
 if sharded:  # FSDP2: each block's weights, gradients and optimizer state sharded over the processes
     processes.wrap(model, device_type, dtype == 'bfloat16')
-say(hardware.describe_memory(model, batch_size, block_size, dtype == 'bfloat16', activation_checkpointing,
-                             world if sharded else 1, sharded and grad_accum > 1))
+say(memory)
 
 # AdamW: matrices decayed; norms, biases, embeddings (and parameters marked _no_weight_decay) not
 embeddings = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
@@ -363,9 +388,7 @@ def save_checkpoint(it):
 
 # -----------------------------------------------------------------------------
 # the loop
-os.makedirs(out_dir, exist_ok=True)  # the first write: every config error above leaves nothing behind
-if master:
-    lock = lock or checkpoint.lock(out_dir)  # then nothing else writes here
+if master:  # out_dir's lock is this process's: what an interrupted write left is removed
     for name in checkpoint.clean(out_dir):
         say(f"removed {name}, left by an interrupted write")
 say("config:\n" + "\n".join(f"  {k} = {v!r}" for k, v in config.items()))

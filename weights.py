@@ -7,6 +7,7 @@ Not our own checkpoints (ckpt_*.pt, their atomic writes, the model registry): ch
 
 import json
 import os
+import pickle
 import re
 import shutil
 
@@ -48,11 +49,22 @@ def load_folder(path):
     if not os.path.exists(config):
         raise ValueError(f"{path} is a folder without config.json: not a SmolLM3 or Mamba2 checkpoint")
     with open(config) as f:
-        kind = json.load(f)
+        try:
+            kind = json.load(f)
+        except ValueError as e:
+            raise ValueError(f"{config} is not JSON ({e})") from None
+    if not isinstance(kind, dict):
+        raise ValueError(f"{config} is not a model config (a JSON object)")
     kind = 'mamba2' if 'd_model' in kind or kind.get('model_type') == 'mamba2' else kind.get('model_type')
     if kind not in ('smollm3', 'mamba2'):
         raise ValueError(f"{path} holds a {kind!r} model: only SmolLM3 and Mamba2 folders load")
-    args, state = (load_mamba2 if kind == 'mamba2' else load_smollm3)(path)
+    try:
+        args, state = (load_mamba2 if kind == 'mamba2' else load_smollm3)(path)
+    except KeyError as e:
+        raise ValueError(f"{config} lacks {e}: not a complete {kind} config") from None
+    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError) as e:  # weights_only: no code
+        raise ValueError(f"the weights of {path} cannot be read as tensors ({type(e).__name__}: "
+                         f"{str(e).splitlines()[0] if str(e) else ''})") from None
     tokenizer = None
     if os.path.exists(os.path.join(path, 'tokenizer.json')):
         eot = EOT if kind == 'mamba2' else '<|end_of_text|>'
@@ -129,7 +141,7 @@ def load_smollm3(folder):
 def save_smollm3(model, folder, source_dir=None, shard_bytes=5 * 2 ** 30, dtype=torch.bfloat16):
     """Write a model as a Hugging Face SmolLM3 folder (config.json, sharded safetensors with their
     index, and the tokenizer files and token ids of source_dir, the folder the weights came from),
-    loadable by transformers and lm-eval."""
+    loadable by transformers and lm-eval; folder must not exist yet."""
     from safetensors.torch import save_file
     c = model.config
     pos, windows = c.layer_pos_encodings(), c.layer_windows()
@@ -171,9 +183,7 @@ def save_smollm3(model, folder, source_dir=None, shard_bytes=5 * 2 ** 30, dtype=
            'max_position_embeddings': source.get('max_position_embeddings', c.block_size),
            'tie_word_embeddings': c.tie_embeddings, 'torch_dtype': str(dtype).removeprefix('torch.'),
            **{k: token_id(k) for k in ('bos_token_id', 'eos_token_id', 'pad_token_id')}}
-    tmp = folder.rstrip('/') + '.tmp'
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
+    os.makedirs(folder)  # a new folder: export_hf.py writes a temporary one and puts it in place
     state = {hf_name(k): v.detach().to('cpu', dtype).contiguous() for k, v in model.state_dict().items()
              if not (c.tie_embeddings and k == 'lm_head.weight')}
     shards, size = [{}], 0
@@ -186,19 +196,17 @@ def save_smollm3(model, folder, source_dir=None, shard_bytes=5 * 2 ** 30, dtype=
     weight_map = {}
     for i, shard in enumerate(shards):
         name = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" if len(shards) > 1 else 'model.safetensors'
-        save_file(shard, os.path.join(tmp, name), metadata={'format': 'pt'})
+        save_file(shard, os.path.join(folder, name), metadata={'format': 'pt'})
         weight_map.update({k: name for k in shard})
     if len(shards) > 1:
-        with open(os.path.join(tmp, 'model.safetensors.index.json'), 'w') as f:
+        with open(os.path.join(folder, 'model.safetensors.index.json'), 'w') as f:
             json.dump({'metadata': {'total_size': sum(v.numel() * v.element_size() for v in state.values())},
                        'weight_map': weight_map}, f, indent=2)
-    with open(os.path.join(tmp, 'config.json'), 'w') as f:
+    with open(os.path.join(folder, 'config.json'), 'w') as f:
         json.dump(cfg, f, indent=2)
     for name in ('tokenizer.json', 'tokenizer_config.json', 'special_tokens_map.json', 'generation_config.json'):
         if source_dir and os.path.exists(os.path.join(source_dir, name)):
-            shutil.copy(os.path.join(source_dir, name), tmp)
-    shutil.rmtree(folder, ignore_errors=True)
-    os.replace(tmp, folder)
+            shutil.copy(os.path.join(source_dir, name), folder)
 
 
 # -----------------------------------------------------------------------------

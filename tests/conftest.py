@@ -1,5 +1,6 @@
 import json
 import os
+import runpy
 import subprocess
 import sys
 
@@ -11,6 +12,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 torch.set_num_threads(2)
 
+import checkpoint  # noqa: E402
 from tokens import Tokenizer, write_shard  # noqa: E402
 
 # a tiny model and run for train.py: 2 micro-steps per iteration, 8 iterations
@@ -41,6 +43,23 @@ def tiny_data(tmp_path_factory):
     return byte_dataset(tmp_path_factory.mktemp('data') / 'tiny' / 'byte', 40, 4, 80)
 
 
+def run_script(name, *args):
+    """python <name> *args in this process (a refusal then costs no torch import) -> (exit code,
+    the one-line message of a SystemExit, or ''). Any other exception is the test's failure."""
+    argv, cwd = sys.argv, os.getcwd()
+    sys.argv = [name, *args]
+    os.chdir(ROOT)
+    try:
+        runpy.run_path(os.path.join(ROOT, name), run_name='__main__')
+    except SystemExit as e:
+        return (e.code, '') if isinstance(e.code, int) or e.code is None else (1, str(e.code))
+    finally:
+        sys.argv = argv
+        os.chdir(cwd)
+        checkpoint.release()  # what the exit of a process of its own would do
+    return 0, ''
+
+
 def run_train(*args, timeout=300):
     """python train.py *args from the repository root -> CompletedProcess (stdout and stderr as text)."""
     return subprocess.run([sys.executable, 'train.py', *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
@@ -49,3 +68,13 @@ def run_train(*args, timeout=300):
 def read_log(out_dir, event='train'):
     with open(os.path.join(out_dir, 'log.jsonl')) as f:
         return [r for r in map(json.loads, f) if r['event'] == event]
+
+
+@pytest.fixture(scope='session')
+def tiny_run(tiny_data, tmp_path_factory):
+    """A finished tiny run (TINY: checkpoints and optimizer states at 4 and 8) -> its out_dir. Read
+    only: a test that changes it copies it first."""
+    out = str(tmp_path_factory.mktemp('tiny_run') / 'run')
+    r = run_train(*TINY, f'--data_dir={tiny_data}', f'--out_dir={out}')
+    assert r.returncode == 0, r.stderr
+    return out

@@ -113,7 +113,10 @@ def test_sharded_weights_folders_in_and_out(tmp_path):
         mean = sum(m.state_dict()[k].to(torch.bfloat16).float() for m in models) / 3
         assert torch.equal(v, mean.to(torch.bfloat16).float()), k
     assert not os.path.exists(tmp_path / 'avg.tmp')
-    r = run(f"--ckpts={[str(tmp_path / f'hf{i}') for i in range(2)]}", f'--out={tmp_path}/avg')  # over the old one
+    r = run(f"--ckpts={[str(tmp_path / f'hf{i}') for i in range(2)]}", f'--out={tmp_path}/avg')
+    assert r.returncode == 1 and 'an earlier output of average_ckpts.py' in r.stderr  # unasked: no
+    r = run(f"--ckpts={[str(tmp_path / f'hf{i}') for i in range(2)]}", f'--out={tmp_path}/avg',
+            '--overwrite=True')
     assert r.returncode == 0, r.stderr
     assert json.loads((tmp_path / 'avg' / 'averaged.json').read_text())['averaged_from'][-1].endswith('hf1')
     assert sorted(os.listdir(tmp_path)) == ['avg', 'hf0', 'hf1', 'hf2']  # no .tmp or .old left

@@ -2,8 +2,10 @@
 killed torchrun. Each test runs train.py as a user would and checks what is left on disk."""
 
 import glob
+import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -13,7 +15,8 @@ import pytest
 import torch
 
 import checkpoint
-from conftest import ROOT, TINY, read_log, run_train
+import ruler
+from conftest import ROOT, TINY, read_log, run_script, run_train
 
 # train.py with the batches of one step replaced by a byte the data never holds (300, inside the
 # padded vocabulary): a loss spike from the data, the kind that skipping the batches cures
@@ -225,3 +228,143 @@ def test_a_full_disk_stops_with_the_last_pair_intact(tiny_data, tmp_path):
         assert r.returncode == 0 and checkpoint.steps(out)[-1] == 8, r.stderr[-2000:]
     finally:
         subprocess.run(['umount', str(disk)])
+
+
+# -----------------------------------------------------------------------------
+# no tool deletes or replaces what it did not write; no stale result; a resume past a cut log line
+
+def snapshot(folder):
+    """name -> bytes of every file in folder (what a refused command must leave as it was)."""
+    return {n: open(os.path.join(folder, n), 'rb').read() for n in sorted(os.listdir(folder))}
+
+
+def test_export_and_average_never_write_over_a_run(tiny_run, tmp_path):
+    """export_hf.py into a run folder (another run's, or the checkpoint's own) and average_ckpts.py
+    onto a run's checkpoint or optimizer state are refused in one line, the run left byte for byte;
+    an earlier average is replaced only with --overwrite=True."""
+    before = snapshot(tiny_run)
+    ckpt, older = checkpoint.step_path(tiny_run, 8), checkpoint.step_path(tiny_run, 4)
+    optim = checkpoint.step_path(tiny_run, 8, 'optim')
+    other = tmp_path / 'other'
+    shutil.copytree(tiny_run, other)
+    cases = [('export_hf.py', f'--ckpt={ckpt}', f'--out={other}'),
+             ('export_hf.py', f'--ckpt={ckpt}', f'--out={tiny_run}'),
+             ('export_hf.py', f'--ckpt={ckpt}', f'--out={tiny_run}/'),
+             ('average_ckpts.py', f'--ckpt_dir={tiny_run}', '--steps=[8]', f'--out={older}'),
+             ('average_ckpts.py', f'--ckpt_dir={tiny_run}', '--steps=[8]', f'--out={optim}')]
+    for name, *args in cases:
+        code, message = run_script(name, *args)
+        assert code == 1 and "a training run's file or folder" in message, (args, message)
+        assert '\n' not in message
+    assert snapshot(tiny_run) == before and snapshot(other) == before
+
+    def average(*args):
+        return run_script('average_ckpts.py', f'--ckpt_dir={tiny_run}', *args)
+    avg = str(tmp_path / 'avg.pt')
+    assert average('--last=2', f'--out={avg}') == (0, '')
+    code, message = average('--last=1', f'--out={avg}')
+    assert code == 1 and 'an earlier output of average_ckpts.py: --overwrite=True' in message
+    assert checkpoint.load(avg)['averaged_steps'] == [4, 8]
+    assert average('--last=1', f'--out={avg}', '--overwrite=True')[0] == 0
+    assert checkpoint.load(avg)['averaged_steps'] == [8]
+    code, message = average('--last=1', f'--out={tmp_path}', '--overwrite=True')  # a user's folder
+    assert code == 1 and 'was not written by average_ckpts.py' in message
+    assert not glob.glob(str(tmp_path / '*.tmp'))
+
+
+def test_two_runs_started_together_on_a_new_folder(tiny_data, tmp_path):
+    """Started at once on a new out_dir: exactly one trains, the other is refused naming it, and
+    the run's checkpoints and log are the one run's (not another model's written over them). The
+    larger model is slower to start: before the lock came first, it took the folder after the
+    other run had ended (1 time in 2 here)."""
+    out = str(tmp_path / 'new')
+    args = (*TINY, f'--data_dir={tiny_data}', f'--out_dir={out}', '--eval_lengths=[]',
+            '--halt_at=2', '--spike_threshold=0')
+    procs = [subprocess.Popen([sys.executable, 'train.py', *args, f'--n_embd={n}'], cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for n in (32, 1536)]
+    results = [(p.communicate(timeout=300)[1], p.returncode)[::-1] for p in procs]
+    assert sorted(code for code, _ in results) == [0, 1], results
+    refused = next(err for code, err in results if code)
+    assert 'is in use by another run' in refused and 'Traceback' not in refused
+    starts = read_log(out, 'start')
+    assert len(starts) == 1
+    trained = checkpoint.load(checkpoint.step_path(out, 2))['model_args']['n_embd']
+    assert trained == starts[0]['config']['n_embd']
+
+
+def test_a_refused_run_leaves_no_folder(tiny_data, tmp_path):
+    """A run refused after it took a new out_dir's lock (its CPT source does not exist) leaves
+    nothing: not the lock, not the folder."""
+    out = tmp_path / 'new'
+    r = run_train(*TINY, f'--data_dir={tiny_data}', f'--out_dir={out}', '--eval_lengths=[]',
+                  "--init_from=/nonexistent/ckpt.pt")
+    assert r.returncode == 1 and 'init_from must be' in r.stderr and not out.exists()
+
+
+def test_resume_passes_over_a_cut_log_line_and_a_bad_optimizer_state(tiny_run, tiny_data, tmp_path):
+    """A log.jsonl whose last line a kill cut short, and a newest optimizer state that holds no
+    optimizer (an average written over it): the resume says so, goes back to the pair before, and
+    finishes; the cut line is ended, so that every later record reads."""
+    out = str(tmp_path / 'run')
+    shutil.copytree(tiny_run, out)
+    with open(os.path.join(out, 'log.jsonl'), 'a') as f:
+        f.write('{"event": "train", "iter": 9, "lo')
+    checkpoint.save({'model': {}, 'averaged_from': []}, checkpoint.step_path(out, 8, 'optim'))
+    r = run_train(*TINY, f'--data_dir={tiny_data}', f'--out_dir={out}', '--init_from=resume',
+                  '--eval_lengths=[]')
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert 'passing over step 8' in r.stdout and 'resuming' in r.stdout
+    assert 'at iteration 4' in r.stdout
+    assert 'passing over line' in r.stdout
+    lines = open(os.path.join(out, 'log.jsonl')).read().splitlines()
+    cut = [i for i, line in enumerate(lines) if line.endswith('"lo')]
+    assert len(cut) == 1 and [json.loads(line)['session'] for line in lines[cut[0] + 1:]][0] == 1
+
+
+def test_saved_results_are_read_back_only_under_their_settings(tiny_run, tmp_path):
+    """eval_niah.py with --window=4, then with --window=0 at the same --out: not the window-4
+    predictions reported as window 0, but a one-line refusal naming the difference, the results
+    untouched; --overwrite=True recomputes them; the same settings again read them back."""
+    ckpt, out = checkpoint.step_path(tiny_run, 8), str(tmp_path / 'o' / 'r')
+    args = (f'--ckpt={ckpt}', '--lengths=[1024]', '--samples=1', '--depths=[]', f'--out={out}')
+    assert run_script('eval_niah.py', *args, '--window=4') == (0, '')
+    saved = open(out + '.jsonl').read()
+    assert json.loads(saved.splitlines()[0])['settings']['window'] == 4
+    for change, diff in (('--window=0', 'window: 4 there, 0 now'),
+                         ('--seed=1', 'seed: 42 there, 1 now'),
+                         ("--overrides={'rope_factor': 2.0}",
+                          "overrides: None there, {'rope_factor': 2.0} now")):
+        code, message = run_script('eval_niah.py', *args, '--window=4', change)  # the later wins
+        assert code == 1 and f'holds results of other settings ({diff})' in message, message
+        assert open(out + '.jsonl').read() == saved
+    assert run_script('eval_niah.py', *args, '--window=0', '--overwrite=True')[0] == 0
+    recomputed = open(out + '.jsonl').read()
+    assert json.loads(recomputed.splitlines()[0])['settings']['window'] == 0
+    assert run_script('eval_niah.py', *args, '--window=0')[0] == 0
+    assert open(out + '.jsonl').read() == recomputed  # read back: no row added
+
+
+def test_results_file_checks(tmp_path):
+    """ruler.Results: a file that is not ours is refused (also with overwrite), a row cut short by a
+    kill is dropped, a corrupt row inside is named; different weights refuse like any setting."""
+    path = str(tmp_path / 'r.jsonl')
+    open(path, 'w').write('{"event": "start", "iter": 0}\n')  # e.g. another run's log
+    for overwrite in (False, True):
+        with pytest.raises(SystemExit, match='is not a results file with settings'):
+            ruler.Results(path, {'a': 1}, overwrite)
+    os.remove(path)
+    results = ruler.Results(path, {'weights': 'x', 'window': (4,)})
+    assert not os.path.exists(path)  # nothing written before the first row
+    results.add({'id': 'a', 'score': 1})
+    results.add({'id': 'b', 'score': 0})
+    with open(path, 'a') as f:
+        f.write('{"id": "c", "sc')
+    again = ruler.Results(path, {'weights': 'x', 'window': [4]})
+    assert list(again.rows) == ['a', 'b'] and open(path).read().endswith('"score": 0}\n')
+    with pytest.raises(SystemExit, match=r"other settings \(weights: 'x' there, 'y' now\)"):
+        ruler.Results(path, {'weights': 'y', 'window': [4]})
+    lines = open(path).read().splitlines()
+    open(path, 'w').write('\n'.join([lines[0], 'garbage', lines[1]]) + '\n')
+    with pytest.raises(SystemExit, match='line 2 of .* is not a result row'):  # any settings
+        ruler.Results(path, {'weights': 'x', 'window': [4]})

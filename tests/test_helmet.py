@@ -216,5 +216,5 @@ def test_eval_helmet_script(tmp_path):
     summary = json.load(open(tmp_path / 'ckpt_000007_helmet.json'))
     assert summary['tasks'] == list(helmet.TASKS) and set(summary['scores']) == set(helmet.TASKS)
     assert summary['step'] == 7 and '1024' in summary['recall']
-    rows = [json.loads(line) for line in open(tmp_path / 'ckpt_000007_helmet.jsonl')]
+    rows = [json.loads(line) for line in open(tmp_path / 'ckpt_000007_helmet.jsonl')][1:]
     assert sorted(row['id'] for row in rows) == sorted(f"{t}/1024/0" for t in helmet.TASKS)
