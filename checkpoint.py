@@ -1,9 +1,10 @@
 """
-Our own checkpoints: written atomically, read with weights_only=True; the model registry
-(MODELS, build_model); one loader that turns a checkpoint (or a folder of released weights, read
-by weights.py) into a model plus its tokenizer, and the eval scripts' shared start-up (eval_setup);
-train.py's ways in (resume_state, cpt_source, cpt_model_args) and its checkpoint pairs (save_pair);
-checkpoint averaging (average).
+Our own checkpoints: written atomically, read with weights_only=True; a run folder's lock, and
+the check that no tool writes over a run (check_output); the model registry (MODELS,
+build_model); one loader that turns a checkpoint (or a folder of released weights, read by
+weights.py) into a model plus its tokenizer, and the eval scripts' shared start-up (eval_setup)
+and outputs (eval_outputs, eval_settings); train.py's ways in (resume_state, cpt_source,
+cpt_model_args) and its checkpoint pairs (save_pair); checkpoint averaging (average).
 
 A checkpoint is out_dir/ckpt_{step:06d}.pt = {model (state dict, clean keys), model_type,
 model_args, tokenizer (spec), step, config (the whole resolved config)}; every saved step is
@@ -213,8 +214,8 @@ def check_output(path, overwrite, ours, tool):
         if not ours(path):
             raise SystemExit(f"{path} exists and was not written by {tool}: choose another --out")
         if not overwrite:
-            raise SystemExit(f"{path} holds an earlier output of {tool}: --overwrite=True replaces "
-                             f"it")
+            raise SystemExit(f"{path} holds an earlier output of {tool}: "
+                             f"--overwrite=True replaces it")
     parent = os.path.dirname(os.path.abspath(path))
     while not os.path.exists(parent):  # the nearest folder that exists must let us make the rest
         parent = os.path.dirname(parent)

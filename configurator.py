@@ -85,7 +85,9 @@ def print_help(namespace, sources=()):
     notes = {}
     for path in (*sources, script):
         notes.update(comments(path))
-    print(f"usage: python {os.path.relpath(script)} [config.py ...] [--key=value ...]\n\n"
+    name = os.path.relpath(script)  # a tool in a folder (tools/) runs as a module: python -m tools.x
+    name = f"-m {name[:-3].replace(os.sep, '.')}" if os.sep in name else name
+    print(f"usage: python {name} [config.py ...] [--key=value ...]\n\n"
           f"config files (plain Python) first, then --key=value (a Python literal, else a string); the keys:")
     for key, value in config_keys(namespace).items():
         print(f"  --{key}={value!r}" + (f"  # {notes[key]}" if key in notes else ''))

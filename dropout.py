@@ -14,7 +14,7 @@ its purpose and Fig. 3). docs/vpad.md derives what we implement: affine dropout 
 units take the per-token mean and whose kept ones are rescaled around it so that the token's
 mean and variance are kept (vpad() below, variant A; the family of Klambauer et al. 2017's alpha
 dropout), and what each operator does to the variance of a pre-activation (variance_error()).
-Variants, all judged by the same variance probe (probe_variance.py):
+Variants, all judged by the same variance probe (tools/probe_variance.py):
     B  per-feature statistics over the batch instead of per token (BatchNorm-style)
     C  inverted dropout, then exact per-token re-standardisation to the mean and std of x
     D  RMS-preserving: m*x * ||x|| / ||m*x||

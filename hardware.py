@@ -2,8 +2,8 @@
 What a training step asks of the machine: the memory it holds per process, by a rule of thumb
 (train.py prints it before training, so that a config that cannot fit says so at once;
 tests/test_hardware.py checks it against the tensors a CPU step saves for its backward), the
-memory of a long prefill and decoding through the KV cache (gpu_check.py holds a GPU's peak to
-both), and the GPU's peak FLOP/s, for MFU (train.py, bench.py, gpu_check.py).
+memory of a long prefill and decoding through the KV cache (tools/gpu_check.py holds a GPU's peak to
+both), and the GPU's peak FLOP/s, for MFU (train.py, tools/bench.py, tools/gpu_check.py).
 """
 
 import os

@@ -1,6 +1,6 @@
 """
 The measures of a trained model, shared by the scripts that report them (eval_loss.py,
-probe_variance.py, train.py's evaluation, study.py): per-position cross-entropy and its length
+tools/probe_variance.py, train.py's evaluation, tools/study.py): per-position cross-entropy and its length
 bands, the entropy of attention by query position, and the pre-activation variance mismatch of
 the paper's Figure 3 with its pre-norm view. Functions of a model and a batch; no files, no plots.
 """

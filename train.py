@@ -63,16 +63,26 @@ block_size = 2048  # training context length
 tokens_per_batch = 524288  # tokens per optimizer step, all processes and micro-steps together
 max_tokens = 40e9  # training tokens; max_iters = max_tokens // tokens_per_batch
 seed = 1337
-# model: every field of the models' config dataclasses is a key (model.py and mamba.py give their
-# meaning); one the config leaves unset takes its own model's default (Mamba2: 24 layers, not 12)
+# regularization, the paper's subject: weight decay in AdamW below; the dropout keys act at the
+# sites of its Figure 2, each named at its call in model.py and mamba.py
+weight_decay = 0.1  # AdamW's decoupled decay of the matrices; 0.0 is the paper's "no-WD"
+decay_embeddings = False  # also decay the token (and position) embeddings
+dropout = 0.0  # p, at the sites of dropout_type
+dropout_type = 'none'  # 'none', 'pre_norm' (PN-D, Eq. 6), 'pre_linear' (PL-D) or 'vpad' (VPAD)
+vpad_variant = 'A'  # VPAD's rescaling: A (per token, the paper's), B, C or D (dropout.py)
+attn_dropout = 0.0  # dropout on the attention probabilities (transformer)
+# model: the architecture keys the paper's tables vary; every other field of the models' config
+# classes is a key too (model.py and mamba.py give their meaning), and one the config leaves unset
+# takes its own model's default (Mamba2: 24 layers, not 12)
 model_type: Literal['transformer', 'mamba2'] = 'transformer'  # model.py or mamba.py
-for _f in (f for _, cfg in checkpoint.MODELS.values() for f in fields(cfg)):
+pos_encoding: str | list = 'nape'  # per layer: 'nope', 'rope', 'alibi', 'nape' (NAPE) or 'learned'
+window: int | list = 0  # a sliding window of W keys per layer, 0 for full attention ("SW")
+attn_alpha = 1.0  # the attention's normaliser: 1 softmax, 1.5 entmax-1.5 (ASEntmax)
+attn_scale = 'none'  # the query scale: 'adaptive' is ASEntmax's (model.py has the others)
+vocab_size: int | None = None  # None: the tokenizer's vocabulary, rounded up to a multiple of 64
+for _f in (f for _, cfg in checkpoint.MODELS.values() for f in fields(cfg)):  # the other fields
     globals().setdefault(_f.name, _f.default)
     __annotations__.setdefault(_f.name, _f.type)
-vocab_size: int | None = None  # None: the tokenizer's vocabulary, rounded up to a multiple of 64
-# regularization (dropout, dropout_type, vpad_variant and attn_dropout are model keys, above)
-weight_decay = 0.1  # 0.0 is the paper's "no-WD"
-decay_embeddings = False  # also decay the token (and position) embeddings
 # optimizer and schedule
 learning_rate = 6e-4
 min_lr = 6e-5
@@ -185,8 +195,11 @@ say(f"{max_iters:,} iterations of {tokens_per_batch:,} tokens = {world} processe
 # the model, three ways in: from scratch; resumed (weights, optimizer state, the spike check's
 # recent losses and the skipped batches, from out_dir's newest checkpoint pair); or continued
 # pre-training (the architecture and weights of init_from, this run's regularization and windows)
-resolved = user_model_keys | {'vocab_size', 'block_size'}  # the keys the config sets, and two resolved above
-model_args = {f.name: config[f.name] if f.name in resolved else f.default
+# What reaches the model from scratch: each field of its config class, the config's value where a
+# file or the command line set it (and vocab_size and block_size, resolved above), else the class's
+# own default. Resume and CPT take the checkpoint's architecture instead (cpt_model_args, below).
+set_here = user_model_keys | {'vocab_size', 'block_size'}
+model_args = {f.name: config[f.name] if f.name in set_here else f.default
               for f in fields(checkpoint.MODELS[model_type][1])}
 if init_from == 'scratch':  # the model's own checks (sizes, dropout), before out_dir is touched
     try:

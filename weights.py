@@ -1,6 +1,6 @@
 """
 Released weights, in and out: Hugging Face repo ids (org/name[@revision]) resolved through the
-hub's cache; SmolLM3 folders in the Hugging Face layout, read and written (export_hf.py, lm-eval);
+hub's cache; SmolLM3 folders in the Hugging Face layout, read and written (tools/export_hf.py, lm-eval);
 state-spaces' and transformers' Mamba2 folders read, and a Mamba2 handed to transformers.
 Not our own checkpoints (ckpt_*.pt, their atomic writes, the model registry): checkpoint.py.
 """
@@ -183,7 +183,7 @@ def save_smollm3(model, folder, source_dir=None, shard_bytes=5 * 2 ** 30, dtype=
            'max_position_embeddings': source.get('max_position_embeddings', c.block_size),
            'tie_word_embeddings': c.tie_embeddings, 'torch_dtype': str(dtype).removeprefix('torch.'),
            **{k: token_id(k) for k in ('bos_token_id', 'eos_token_id', 'pad_token_id')}}
-    os.makedirs(folder)  # a new folder: export_hf.py writes a temporary one and puts it in place
+    os.makedirs(folder)  # a new folder: tools/export_hf.py writes a temporary one and puts it in place
     state = {hf_name(k): v.detach().to('cpu', dtype).contiguous() for k, v in model.state_dict().items()
              if not (c.tie_embeddings and k == 'lm_head.weight')}
     shards, size = [{}], 0

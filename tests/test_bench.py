@@ -1,4 +1,4 @@
-"""FLOP counting against hand counts, the GPU peak table (hardware.py), and bench.py's modes on a tiny model."""
+"""FLOP counting against hand counts, the GPU peak table (hardware.py), and tools/bench.py's modes on a tiny model."""
 
 import subprocess
 import sys
@@ -6,7 +6,7 @@ import sys
 import pytest
 import torch
 
-import timing
+from tools import timing
 import hardware
 from conftest import ROOT
 from mamba import Mamba2, Mamba2Config
@@ -62,7 +62,7 @@ def test_nanogpt_yardstick_has_the_size_of_model_py_configured_as_nanogpt():
                                        ('methods', ['RoPE', 'PL-D', 'RandPos', 'SSMax', "NoPE (DroPE's CPT)"])])
 def test_bench_script(mode, rows):
     """A smoke test: each mode runs and prints its rows (the timing itself: test_timed_measures_each_function)."""
-    r = subprocess.run([sys.executable, 'bench.py', f'--mode={mode}', '--n_layer=1', '--n_embd=32', '--n_head=2',
+    r = subprocess.run([sys.executable, '-m', 'tools.bench', f'--mode={mode}', '--n_layer=1', '--n_embd=32', '--n_head=2',
                         '--batch_size=2', '--block_size=16', '--steps=1', '--rounds=1', '--warmup=1'],
                        cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
@@ -83,8 +83,8 @@ def test_timed_measures_each_function():
 
 def test_context_mode_fails_when_a_measuring_process_does(tmp_path):
     """A child that fails (here: learned positions asked past block_size, as an out-of-memory
-    would) makes bench.py exit non-zero with the child's error, instead of waiting forever."""
-    args = [sys.executable, 'bench.py', '--mode=context', '--n_layer=1', '--n_embd=32', '--n_head=2', '--gen_tokens=2',
+    would) makes tools/bench.py exit non-zero with the child's error, instead of waiting forever."""
+    args = [sys.executable, '-m', 'tools.bench', '--mode=context', '--n_layer=1', '--n_embd=32', '--n_head=2', '--gen_tokens=2',
             '--prefill_chunk=16', '--context_window=8']
     r = subprocess.run([*args, '--context_lengths=[32]'], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr

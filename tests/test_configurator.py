@@ -66,8 +66,8 @@ def test_unknown_key_in_a_file(tmp_path):
         configure(dict(DEFAULTS), [str(f)])
 
 
-SCRIPTS = ['train.py', 'eval_loss.py', 'eval_niah.py', 'eval_ruler.py', 'eval_helmet.py', 'average_ckpts.py',
-           'probe_variance.py', 'export_hf.py', 'bench.py', 'study.py', 'gpu_check.py']
+SCRIPTS = ['train.py', 'eval_loss.py', 'eval_niah.py', 'eval_ruler.py', 'tools/eval_helmet.py', 'average_ckpts.py',
+           'tools/probe_variance.py', 'tools/export_hf.py', 'tools/bench.py', 'tools/study.py', 'tools/gpu_check.py']
 
 
 def test_help_lists_every_key_with_its_default_and_comment(capsys, monkeypatch):
@@ -90,7 +90,11 @@ def test_help_lists_every_key_with_its_default_and_comment(capsys, monkeypatch):
     train = listed['train.py']
     fields = {f.name for _, cfg in checkpoint.MODELS.values() for f in dataclasses.fields(cfg)}
     assert fields <= set(train) and {'wandb_log', 'tokens_per_batch', 'init_from'} <= set(train)
-    assert train['dropout_type'] == "'none'  # 'none', 'pre_norm' (PN-D), 'pre_linear' (PL-D) or 'vpad'"
+    assert train['dropout_type'] == "'none'  # 'none', 'pre_norm' (PN-D, Eq. 6), 'pre_linear' (PL-D) or 'vpad' (VPAD)"
+    for key in ('dropout', 'dropout_type', 'vpad_variant', 'attn_dropout', 'pos_encoding', 'window', 'attn_alpha',
+                'attn_scale'):  # the paper's keys, written out in train.py: the models' own defaults
+        defaults = {f.default for _, cfg in checkpoint.MODELS.values() for f in dataclasses.fields(cfg) if f.name == key}
+        assert [repr(d) for d in defaults] == [train[key].split('  # ')[0]], key
     assert train['batch_size'].startswith('16  # ') and train['d_state'].startswith('128  # ')
     assert {'ckpt', 'lengths', 'samples', 'essay'} <= set(listed['eval_ruler.py'])
     assert all(listed[s] for s in SCRIPTS)
@@ -98,5 +102,5 @@ def test_help_lists_every_key_with_its_default_and_comment(capsys, monkeypatch):
     if importlib.util.find_spec('lm_eval'):  # apart: run here it would register its lm-eval model a second time
         import subprocess
         import sys
-        r = subprocess.run([sys.executable, 'eval_lm.py', '--help'], cwd=ROOT, capture_output=True, text=True)
+        r = subprocess.run([sys.executable, '-m', 'tools.eval_lm', '--help'], cwd=ROOT, capture_output=True, text=True)
         assert r.returncode == 0 and '--tasks=' in r.stdout and '--ckpt=' in r.stdout, r.stderr[-500:]

@@ -127,8 +127,10 @@ def save_tiny(path, data_dir, **changes):
     return str(path)
 
 
-def run(script, *args):
-    return subprocess.run([sys.executable, script, *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+def run(script, *args):  # a tool runs as a module: python -m tools.<name>
+    command = ['-m', script[:-3].replace('/', '.')] if script.startswith('tools/') else [script]
+    return subprocess.run([sys.executable, *command, *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
 
 
 def test_eval_loss_equals_a_full_sequence_computation(tiny_data, tmp_path):
@@ -202,8 +204,8 @@ def test_eval_errors(tiny_data, tmp_path):
 
 
 @pytest.mark.parametrize('script,args,message', [
-    ('probe_variance.py', ['--dropout=1.0'], 'dropout must be below 1'),
-    ('probe_variance.py', ['--length=-5'], 'length >= 0 (0: the training length)'),
+    ('tools/probe_variance.py', ['--dropout=1.0'], 'dropout must be below 1'),
+    ('tools/probe_variance.py', ['--length=-5'], 'length >= 0 (0: the training length)'),
     ('average_ckpts.py', ['--ckpt_dir=out', '--last=-3'], 'last must be >= 0'),
 ])
 def test_script_inputs_out_of_range_stop_at_once(monkeypatch, tmp_path, script, args, message):
@@ -228,7 +230,7 @@ def test_eval_ruler_script(tiny_data, tmp_path):
 
 def test_probe_variance_script(tiny_data, tmp_path):
     ckpt = save_tiny(tmp_path / 'ckpt_000007.pt', tiny_data, dropout_type='pre_linear', dropout=0.2)  # 2 layers
-    r = run('probe_variance.py', f'--ckpt={ckpt}', '--batch_size=4')
+    r = run('tools/probe_variance.py', f'--ckpt={ckpt}', '--batch_size=4')
     assert r.returncode == 0, r.stderr
     got = json.loads((tmp_path / 'ckpt_000007_probe_pre_linear.json').read_text())
     assert got['p'] == 0.2 and got['paper'] == [0.29, 0.37] and len(got['matrices']) == 2 * 6
@@ -237,7 +239,7 @@ def test_probe_variance_script(tiny_data, tmp_path):
     assert layers['0']['rel_err'] == pytest.approx(mean(abs(m['rel_err']) for m in got['matrices'] if m['layer'] == 0))
     assert [d['cosine'] for d in got['pre_norm_drift']][0] == pytest.approx(1.0)
     assert os.path.exists(tmp_path / 'ckpt_000007_probe_pre_linear.png') and 'first / second half' in r.stdout
-    r = run('probe_variance.py', f'--ckpt={save_tiny(tmp_path / "none.pt", tiny_data)}')
+    r = run('tools/probe_variance.py', f'--ckpt={save_tiny(tmp_path / "none.pt", tiny_data)}')
     assert r.returncode != 0 and 'give --dropout_type=pre_linear or vpad' in r.stderr
 
 

@@ -239,7 +239,7 @@ def snapshot(folder):
 
 
 def test_export_and_average_never_write_over_a_run(tiny_run, tmp_path):
-    """export_hf.py into a run folder (another run's, or the checkpoint's own) and average_ckpts.py
+    """tools/export_hf.py into a run folder (another run's, or the checkpoint's own) and average_ckpts.py
     onto a run's checkpoint or optimizer state are refused in one line, the run left byte for byte;
     an earlier average is replaced only with --overwrite=True."""
     before = snapshot(tiny_run)
@@ -247,9 +247,9 @@ def test_export_and_average_never_write_over_a_run(tiny_run, tmp_path):
     optim = checkpoint.step_path(tiny_run, 8, 'optim')
     other = tmp_path / 'other'
     shutil.copytree(tiny_run, other)
-    cases = [('export_hf.py', f'--ckpt={ckpt}', f'--out={other}'),
-             ('export_hf.py', f'--ckpt={ckpt}', f'--out={tiny_run}'),
-             ('export_hf.py', f'--ckpt={ckpt}', f'--out={tiny_run}/'),
+    cases = [('tools/export_hf.py', f'--ckpt={ckpt}', f'--out={other}'),
+             ('tools/export_hf.py', f'--ckpt={ckpt}', f'--out={tiny_run}'),
+             ('tools/export_hf.py', f'--ckpt={ckpt}', f'--out={tiny_run}/'),
              ('average_ckpts.py', f'--ckpt_dir={tiny_run}', '--steps=[8]', f'--out={older}'),
              ('average_ckpts.py', f'--ckpt_dir={tiny_run}', '--steps=[8]', f'--out={optim}')]
     for name, *args in cases:

@@ -1,4 +1,4 @@
-"""gpu_check.py in its dry run: every part runs on CPU at tiny sizes, through the code paths CPU
+"""tools/gpu_check.py in its dry run: every part runs on CPU at tiny sizes, through the code paths CPU
 has (flex forward only, compile with aot_eager, no mamba_ssm), and writes its JSON and table."""
 
 import json
@@ -9,7 +9,7 @@ from conftest import ROOT
 
 
 def dry_run(tmp_path, *flags):
-    r = subprocess.run([sys.executable, 'gpu_check.py', '--dry_run=True', *flags, f'--out={tmp_path}'], cwd=ROOT,
+    r = subprocess.run([sys.executable, '-m', 'tools.gpu_check', '--dry_run=True', *flags, f'--out={tmp_path}'], cwd=ROOT,
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     out = json.load(open(tmp_path / 'results.json'))
@@ -27,7 +27,7 @@ def test_quick_dry_run(tmp_path):
     eager reference, whose flex compiles itself and adds a graph of its own (read after it, the
     check would say 2 and fail a correct step on every GPU)."""
     status, figure, table = dry_run(tmp_path, '--quick=True')
-    assert '`python gpu_check.py --quick=True --dry_run=True`' in table
+    assert '`python -m tools.gpu_check --quick=True --dry_run=True`' in table
     attention = [c for c in status if c.startswith('attention vs float64')]
     assert len(attention) == 2 * 2 * 3 and all(status[c] == 'PASS' for c in attention)  # normalisers, dtypes, offsets
     assert all(k in figure[c] for c in attention if 'softmax' in c for k in ('flex', 'sdpa', 'manual'))

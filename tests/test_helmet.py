@@ -1,5 +1,5 @@
 """HELMET's recall category: HELMET's strings, the JSON KV object and its fit to the length, the
-wrapping of ruler.py's MK-2/MK-3/MV, HELMET's scoring, the table, and eval_helmet.py end to end."""
+wrapping of ruler.py's MK-2/MK-3/MV, HELMET's scoring, the table, and tools/eval_helmet.py end to end."""
 
 import json
 import math
@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import checkpoint
-import helmet
+from tools import helmet
 import ruler
 from model import Transformer, TransformerConfig
 from tokens import Tokenizer
@@ -207,7 +207,7 @@ def test_eval_helmet_script(tmp_path):
     ckpt = str(tmp_path / 'ckpt_000007.pt')
     checkpoint.save({'model': Transformer(config).state_dict(), 'model_type': 'transformer', 'model_args': asdict(config),
                      'tokenizer': {'kind': 'byte'}, 'step': 7, 'config': {'block_size': 32}}, ckpt)
-    r = subprocess.run([sys.executable, 'eval_helmet.py', f'--ckpt={ckpt}', '--lengths=[1024]', '--samples=1'],
+    r = subprocess.run([sys.executable, '-m', 'tools.eval_helmet', f'--ckpt={ckpt}', '--lengths=[1024]', '--samples=1'],
                        cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     header = next(line for line in r.stdout.split('\n') if line.startswith('input_max_length'))

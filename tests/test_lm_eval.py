@@ -1,4 +1,4 @@
-"""lengthgen.py: lm-eval's three requests answered by our models (a NAPE transformer and Mamba2)
+"""tools/lengthgen.py: lm-eval's three requests answered by our models (a NAPE transformer and Mamba2)
 equal a direct computation with the model: loglikelihoods from log_softmax of its logits,
 rolling loglikelihoods from its per-token losses, generation from model.generate cut at the stop
 string. Then through lm-eval's evaluator on local task files (JSONL in tmp_path, offline), by the
@@ -18,7 +18,7 @@ lm_eval = pytest.importorskip('lm_eval')
 
 import checkpoint  # noqa: E402
 from conftest import ROOT  # noqa: E402
-import lengthgen  # noqa: E402
+from tools import lengthgen  # noqa: E402
 from lm_eval.api.instance import Instance  # noqa: E402
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window  # noqa: E402
 from mamba import Mamba2, Mamba2Config  # noqa: E402
@@ -171,7 +171,7 @@ def test_overrides_reach_the_scored_model(tmp_path):
         assert got[-1] == pytest.approx(-model.position_losses(seq[:, :-1], seq[:, 1:]).double().sum().item(), **TOL)
     assert abs(got[0] - got[1]) > 1e-3
     write_tasks(tmp_path / 'tasks', checkpoint.load_model(path)[0])
-    p = subprocess.run([sys.executable, 'eval_lm.py', f'--ckpt={path}', '--tasks=tiny_mc', '--limit=1',
+    p = subprocess.run([sys.executable, '-m', 'tools.eval_lm', f'--ckpt={path}', '--tasks=tiny_mc', '--limit=1',
                         f'--include_path={tmp_path / "tasks"}', "--overrides={'rope_scale': 4.0}"],
                        cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert p.returncode == 1 and 'cannot load' in p.stderr and 'rope_scale' in p.stderr, p.stderr
@@ -197,7 +197,7 @@ def test_local_tasks_through_lm_eval_and_the_script(tmp_path):
     assert results['config']['ckpt'] == path and results['config']['step'] == 7
 
     out = tmp_path / 'scores.json'
-    p = subprocess.run([sys.executable, 'eval_lm.py', f'--ckpt={path}', "--tasks=['tiny_mc', 'tiny_gen']",
+    p = subprocess.run([sys.executable, '-m', 'tools.eval_lm', f'--ckpt={path}', "--tasks=['tiny_mc', 'tiny_gen']",
                         f'--include_path={tmp_path / "tasks"}', f'--out={out}', '--batch_size=3', '--limit=3'],
                        cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
@@ -213,10 +213,10 @@ def test_local_tasks_through_lm_eval_and_the_script(tmp_path):
 
 def test_lm_eval_cli_after_importing_lengthgen(tmp_path):
     """lm-eval's own CLI finds the class by its registered name once lengthgen is imported (the
-    route lengthgen.py's docstring gives: lm-eval has no plugin mechanism for models)."""
+    route tools/lengthgen.py's docstring gives: lm-eval has no plugin mechanism for models)."""
     path = save_lively(tmp_path / 'ckpt_000007.pt')
     write_tasks(tmp_path / 'tasks', checkpoint.load_model(path)[0])
-    cli = 'import lengthgen; from lm_eval.__main__ import cli_evaluate; cli_evaluate()'
+    cli = 'from tools import lengthgen; from lm_eval.__main__ import cli_evaluate; cli_evaluate()'
     p = subprocess.run([sys.executable, '-c', cli,
                         '--model', 'lengthgen', '--model_args', f'ckpt={path}', '--device', 'cpu', '--tasks', 'tiny_gen',
                         '--include_path', str(tmp_path / 'tasks'), '--output_path', str(tmp_path / 'cli.json')],

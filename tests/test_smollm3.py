@@ -1,6 +1,6 @@
 """SmolLM3 through model.py: parity with transformers' SmolLM3 on a tiny random model loaded from
 one saved folder (sharded safetensors), sliding windows both ways, the export round trip, the
-3B parameter count, and the errors; export_hf.py on a small-vocabulary checkpoint (its token ids
+3B parameter count, and the errors; tools/export_hf.py on a small-vocabulary checkpoint (its token ids
 inside the vocabulary, equal logits in transformers) and its refusal of what SmolLM3 cannot hold."""
 
 import json
@@ -142,7 +142,7 @@ def cpt_setup(tmp_path):
 
 def test_continued_pretraining_and_export(tmp_path):
     """train.py from a SmolLM3 folder on data tokenized by the folder's tokenizer; then
-    export_hf.py for lm-eval."""
+    tools/export_hf.py for lm-eval."""
     from conftest import ROOT, read_log, run_train
     folder, args = cpt_setup(tmp_path)
     out = tmp_path / 'cpt'
@@ -156,7 +156,7 @@ def test_continued_pretraining_and_export(tmp_path):
     assert losses[-1] < losses[0]
     import subprocess
     import sys
-    r = subprocess.run([sys.executable, 'export_hf.py', f'--ckpt={checkpoint.step_path(str(out), 8)}',
+    r = subprocess.run([sys.executable, '-m', 'tools.export_hf', f'--ckpt={checkpoint.step_path(str(out), 8)}',
                         f'--out={tmp_path / "export"}', '--dtype=float32'], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert os.path.exists(tmp_path / 'export' / 'tokenizer.json')  # from the run's init_from
@@ -209,7 +209,7 @@ def run_export(*args):
     import subprocess
     import sys
     from conftest import ROOT
-    return subprocess.run([sys.executable, 'export_hf.py', *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, '-m', 'tools.export_hf', *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
 def test_export_of_a_small_vocabulary_loads_in_transformers(tmp_path):
@@ -240,13 +240,13 @@ def test_export_of_a_small_vocabulary_loads_in_transformers(tmp_path):
 
 
 def test_export_refuses_what_smollm3_cannot_hold(tmp_path):
-    """A NAPE checkpoint (the paper's own models) is refused in one line that points at eval_lm.py,
+    """A NAPE checkpoint (the paper's own models) is refused in one line that points at tools/eval_lm.py,
     before anything is written; and every other difference is named."""
     nape = save_ckpt(tmp_path / 'nape.pt', pos_encoding='nape', window=0)
     r = run_export(f'--ckpt={nape}', f'--out={tmp_path / "export"}')
     assert r.returncode != 0 and 'Traceback' not in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert f"cannot export {nape}: SmolLM3's layout needs" in r.stderr and "this model has pos_encoding ['nape']" in r.stderr
-    assert f'python eval_lm.py --ckpt={nape}' in r.stderr and not os.path.exists(tmp_path / 'export')
+    assert f'python -m tools.eval_lm --ckpt={nape}' in r.stderr and not os.path.exists(tmp_path / 'export')
     for changes, named in [(dict(attn_alpha=1.5), 'attn_alpha=1.5 (entmax)'),
                            (dict(attn_alpha=1.5, attn_scale='adaptive', pos_encoding='rope'), "attn_scale='adaptive'"),
                            (dict(pos_encoding='learned'), "pos_encoding ['learned']"),

@@ -1,4 +1,4 @@
-"""study.py end to end at a tiny scale: every run trained and evaluated along its training,
+"""tools/study.py end to end at a tiny scale: every run trained and evaluated along its training,
 results.json holding the seeds' own numbers, the matched-fit control recomputed here, summary.md's
 verdicts made from them, and a rerun that resumes."""
 
@@ -25,7 +25,7 @@ def long_data(tmp_path_factory):
 
 
 def run_study(out, *args):
-    return subprocess.run([sys.executable, 'study.py', f'--out={out}', '--tiny=True', '--seeds=[1, 2]', *args],
+    return subprocess.run([sys.executable, '-m', 'tools.study', f'--out={out}', '--tiny=True', '--seeds=[1, 2]', *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=900)
 
 
@@ -111,14 +111,14 @@ def test_study_trains_evaluates_and_summarises(tmp_path, long_data):
 def test_study_resumes_a_run_cut_short(tmp_path):
     out = str(tmp_path / 'study')
     d = os.path.join(out, 'needle_nope', 'vpad', 's1')
-    # the study's own arguments for this run (study.py's NEEDLE, the part's, VARIANTS['vpad'], TINY['task']), halted
+    # the study's own arguments for this run (tools/study.py's NEEDLE, the part's, VARIANTS['vpad'], TINY['task']), halted
     r = subprocess.run([sys.executable, 'train.py', 'configs/needle.py', '--eval_interval=100000', '--task_eval_samples=20',
                         '--pos_encoding=nope', '--weight_decay=0.0', '--dropout_type=vpad', '--dropout=0.1',
                         '--n_layer=2', '--n_embd=32', '--n_head=2', '--max_tokens=40960', '--ckpt_interval=2',
                         '--halt_at=4', '--seed=1', f'--out_dir={d}', '--device=cpu'],
                        cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]
-    r = subprocess.run([sys.executable, 'study.py', f'--out={out}', '--tiny=True', "--variants=['vpad']",
+    r = subprocess.run([sys.executable, '-m', 'tools.study', f'--out={out}', '--tiny=True', "--variants=['vpad']",
                         "--parts=['needle_nope']", '--seeds=[1]'], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert 'resuming' in open(os.path.join(d, 'train.log')).read()

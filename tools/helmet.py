@@ -2,7 +2,7 @@
 HELMET's synthetic recall category (Yen et al. 2025, princeton-nlp/HELMET) offline: JSON KV and
 RULER's MK-2 (niah_multikey_2), MK-3 (niah_multikey_3) and MV (niah_multivalue), prompted and
 scored as HELMET does for a base model (no chat template), over ruler.py's generators and harness;
-evaluate runs them for eval_helmet.py.
+evaluate runs them for tools/eval_helmet.py.
 
 Where each piece comes from in HELMET's repository:
 - the tasks and their settings: configs/recall.yaml (131072 tokens) and configs/recall_short.yaml
@@ -291,7 +291,7 @@ def table(scores, lengths, model):
 
 
 # -----------------------------------------------------------------------------
-# the evaluation (eval_helmet.py)
+# the evaluation (tools/eval_helmet.py)
 
 def evaluate(model, tokenizer, results, tasks, lengths, samples, seed, data, device='cpu', chunk_size=1024,
              autocast=None, say=print):

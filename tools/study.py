@@ -2,8 +2,8 @@
 Figure 1 in small: the paper's comparisons where a small model over-fits its training length,
 measured across training, with seeds (docs/study.md has the results and how to read them).
 
-    python study.py                                      # everything, resumable (time: docs/study.md)
-    python study.py --parts="['lm_nope']" --seeds="[1]"  # one part, one seed
+    python -m tools.study                                      # everything, resumable (time: docs/study.md)
+    python -m tools.study --parts="['lm_nope']" --seeds="[1]"  # one part, one seed
 
 Trains every part x variant x seed with train.py under out/study/<part>/<variant>/s<seed>, `jobs`
 runs at a time (each on cores / jobs threads: small models use two single-threaded processes
@@ -23,14 +23,14 @@ The parts (every variant of a part has the same token budget):
       2-layer SW hybrid (a RoPE layer with a 16-key window, then a global NoPE layer): exact-match
       accuracy from 1x to 16x at the same checkpoints along training.
 Not in the default list (copy_mamba about 25 minutes, lm_mamba about 56; docs/study.md):
-python study.py --parts="['copy_mamba', 'lm_mamba']" --out=out/study_mamba
+python -m tools.study --parts="['copy_mamba', 'lm_mamba']" --out=out/study_mamba
   lm_mamba    the LM parts with a 4 x 128 Mamba2 (state 32, heads of 32) instead of a transformer
       (Table 6's Mamba2-85M row in small); lm_mamba_32 the same on 32-byte windows (WD, no-WD, PN-D).
   copy_mamba  the Copy task (tasks.Copy) with a 2 x 128 Mamba2, sources of 5-10 symbols, 1500 steps:
       exact-match accuracy, and the fraction of right tokens, from 1x to 16x the longest source
       (Table 6's Mamba2-45M row in small).
 Not in the default list (docs/methods.md):
-python study.py --parts="['methods']" --out=out/study_methods
+python -m tools.study --parts="['methods']" --out=out/study_methods
   methods     the lm part's 4 x 128 transformer with RoPE and the field's length-generalization methods
       beside the regularizers, each alone and with PL-D (no WD anywhere): randomized positions and SSMax
       trained; YaRN (s = 16) and the log-length temperature on the no-WD and PL-D checkpoints (views:
@@ -39,7 +39,7 @@ python study.py --parts="['methods']" --out=out/study_methods
       2-layer RoPE model, and on the two probes of tasks.py (configs/offset.py, configs/delay_copy.py),
       each with other positions beside RoPE: NoPE; ALiBi on the probes; learned on the delay copy.
 Not in the default list (docs/study.md has their times):
-python study.py --parts="['cpt_sw', 'cpt_sw_needle']" --out=out/study_cpt
+python -m tools.study --parts="['cpt_sw', 'cpt_sw_needle']" --out=out/study_cpt
   cpt_sw, cpt_sw_needle  continued pre-training into sliding windows (Table 1 in small), in two
       phases. Phase 1 ('orig'): the lm part's 4 x 128 SmolLM3 pattern (RoPE, RoPE, RoPE, NoPE) with
       full attention and WD, or the needle's 2-layer RoPE, NoPE hybrid, trained once per seed. 'sw':
@@ -154,7 +154,7 @@ PARTS = {  # part -> (kind, train.py arguments, variants)
     'lm_sw': ('lm', LM + SW(4, 32), CORE),
     'lm_nape': ('lm', LM + ['--pos_encoding=nape'], ['wd', 'no_wd', 'pl_d', 'vpad']),
     # not in `parts` by default: does NAPE over-fit its length later? The baseline on 4x the tokens
-    # (python study.py --parts="['lm_nape_long']" --seeds="[1]" --out=out/study_long)
+    # (python -m tools.study --parts="['lm_nape_long']" --seeds="[1]" --out=out/study_long)
     'lm_nape_long': ('lm', LM + ['--pos_encoding=nape', '--max_tokens=11600000'], ['no_wd']),
     'needle_nope': ('task', NEEDLE + ['--pos_encoding=nope'], CORE[:5]),
     'needle_sw': ('task', NEEDLE + SW(2, 16), CORE[:5]),
@@ -224,7 +224,8 @@ def train(part, variant, seed, threads):
             if subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env).returncode:
                 return f"{' '.join(cmd)}\n" + open(log.name).read()[-2000:]
         open(os.path.join(d, 'done'), 'w').close()
-    cmd = [sys.executable, __file__, f'--out={out}', f'--eval_run={part}/{variant}/s{seed}', f'--tiny={tiny}']
+    cmd = [sys.executable, '-m', 'tools.study', f'--out={out}', f'--eval_run={part}/{variant}/s{seed}',
+           f'--tiny={tiny}']
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     return f"{' '.join(cmd)}\n{r.stdout[-1000:]}{r.stderr[-2000:]}" if r.returncode else None
 
@@ -467,7 +468,7 @@ lines = [f"Every number: mean ± std over {len(seeds)} seeds ({', '.join(map(str
          f"the first run's own checkpoint (along its training, interpolated) that has the same in-distribution "
          f"CE (the second half of the training length: positions 64-128 at 128 bytes), so that a less fitted model "
          f"is not counted as one that extrapolates better. "
-         f"Made by `python study.py` from {out}/results.json.", '',
+         f"Made by `python -m tools.study` from {out}/results.json.", '',
          "| claim | part | paper | first | second | raw verdict | first at the second's fit | matched-fit verdict |",
          "|---|---|---|---|---|---|---|---|"]
 for a, b, claim, paper, *cpt in CLAIMS:  # cpt: a claim about CPT, made of the CPT parts only

@@ -1,5 +1,5 @@
 """
-The timing and memory measures behind bench.py and gpu_check.py: models built and trained for a
+The timing and memory measures behind tools/bench.py and tools/gpu_check.py: models built and trained for a
 few steps, variants timed in alternating rounds, prefill and decoding times with peak memory at a
 context length (in a child process, so that one length's memory does not count against the next),
 and nanoGPT's model for the side-by-side comparison.
@@ -130,7 +130,7 @@ def child_result(p, queue):
 @torch.no_grad()  # with gradients on, a 64K prefill would keep every activation for a backward that never comes
 def context_times(model_type, args, length, gen_tokens, chunk_size, device, dtype):
     """Prefill time, decoding time per token, the peak memory and, on CUDA, the host syncs per
-    decoded token (a sync per layer would stall every token: gpu_check.py bounds them)."""
+    decoded token (a sync per layer would stall every token: tools/gpu_check.py bounds them)."""
     model = build(model_type, args, device).to(getattr(torch, dtype)).eval()
     idx = torch.randint(0, args['vocab_size'], (1, length), device=device)
     cache = model.new_cache()

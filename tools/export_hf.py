@@ -3,13 +3,13 @@ A checkpoint as a Hugging Face folder, for lm-eval and transformers: SmolLM3-sha
 in SmolLM3's own layout (config.json, sharded safetensors, the tokenizer files), Mamba2 through
 transformers' Mamba2 (needs `transformers`).
 
-    python export_hf.py --ckpt=out/smollm3_pl_d/ckpt_000953.pt --out=exports/smollm3_pl_d
+    python -m tools.export_hf --ckpt=out/smollm3_pl_d/ckpt_000953.pt --out=exports/smollm3_pl_d
     lm_eval --model hf --model_args pretrained=exports/smollm3_pl_d,dtype=bfloat16 \\
         --tasks arc_easy,arc_challenge,hellaswag,piqa,winogrande,openbookqa,boolq,lambada_openai --batch_size 8
 
 A transformer that SmolLM3's layout cannot hold (NAPE or ALiBi, learned positions, entmax or a
 query scale, LayerNorm, GELU, biases, windows of several sizes) is refused before anything is
-written: evaluate it where it is, with eval_lm.py (lm-eval over our own model class).
+written: evaluate it where it is, with tools/eval_lm.py (lm-eval over our own model class).
 
 source: the folder of the released weights, for the tokenizer files and token ids; default: the
 run's init_from when that was a folder.
@@ -38,7 +38,7 @@ globals().update(configure(globals(), sys.argv[1:]))
 if not ckpt or not out:
     raise SystemExit("give --ckpt=<checkpoint file> and --out=<folder>")
 checkpoint.check_output(out, overwrite, lambda p: os.path.exists(os.path.join(p, MARK)),
-                        'export_hf.py')
+                        'tools/export_hf.py')
 try:
     model, _, info = checkpoint.load_model(ckpt)
 except (OSError, RuntimeError, ValueError) as e:
@@ -61,8 +61,8 @@ try:
         try:  # the layout is checked before anything is written
             weights.save_smollm3(model, tmp, source, dtype=getattr(torch, dtype))
         except ValueError as e:
-            raise SystemExit(f"cannot export {ckpt}: {e}. Evaluate it with eval_lm.py instead: "
-                             f"python eval_lm.py --ckpt={ckpt} --tasks=arc_easy,...")
+            raise SystemExit(f"cannot export {ckpt}: {e}. Evaluate it with tools/eval_lm.py instead: "
+                             f"python -m tools.eval_lm --ckpt={ckpt} --tasks=arc_easy,...")
     with open(os.path.join(tmp, MARK), 'w') as f:
         json.dump({'ckpt': os.path.abspath(ckpt), 'step': info['step']}, f)
     checkpoint.replace_folder(tmp, out)

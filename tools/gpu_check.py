@@ -2,9 +2,9 @@
 The GPU self-check: first correctness, then speed and memory, one line each with PASS, FAIL or SKIP
 and its figure against a stated bound; a part that fails or crashes never stops the others.
 
-    python gpu_check.py --quick=True     # on a GPU, first: the checks that matter most, about 5 minutes
-    python gpu_check.py                  # everything, about 10-15 minutes on one H100/H200
-    python gpu_check.py --dry_run=True   # tiny sizes on CPU, every part through the paths CPU has (tests)
+    python -m tools.gpu_check --quick=True     # on a GPU, first: the checks that matter most, about 5 minutes
+    python -m tools.gpu_check                  # everything, about 10-15 minutes on one H100/H200
+    python -m tools.gpu_check --dry_run=True   # tiny sizes on CPU, every part through the paths CPU has (tests)
 
 Both write gpu_check/results.json and results.md. It installs nothing. The fused Mamba2 kernels are
 checked only when they import (pip install mamba-ssm causal-conv1d --no-build-isolation); otherwise
@@ -35,7 +35,7 @@ import torch._dynamo.utils
 import torch.distributed as dist
 import torch.nn.functional as F
 
-import timing
+from tools import timing
 import checkpoint
 import dropout as dropout_py
 import processes
@@ -63,7 +63,8 @@ MEMORY_RATIO = 1.2  # a measured peak must lie within this factor of hardware.py
 def config(name, **dry):
     """A paper config's model keys (configs/<name>.py), or tiny sizes in a dry run."""
     scope = {}
-    exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configs', name)).read(), scope)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository's
+    exec(open(os.path.join(root, 'configs', name)).read(), scope)
     kind = scope.get('model_type', 'transformer')
     keys = {f for f in checkpoint.MODELS[kind][1].__dataclass_fields__}
     args = {k: v for k, v in scope.items() if k in keys}
@@ -477,7 +478,7 @@ def _():
 
 # -----------------------------------------------------------------------------
 name = torch.cuda.get_device_name() if device == 'cuda' else 'CPU (dry run)'
-command = 'python gpu_check.py' + (' --quick=True' if quick else '') + (' --dry_run=True' if dry_run else '')
+command = 'python -m tools.gpu_check' + (' --quick=True' if quick else '') + (' --dry_run=True' if dry_run else '')
 os.makedirs(out, exist_ok=True)
 with open(os.path.join(out, 'results.json'), 'w') as f:
     json.dump({'device': name, 'torch': torch.__version__, 'dry_run': dry_run, 'quick': quick, 'results': results}, f,

@@ -1,13 +1,13 @@
 """
 HELMET's synthetic recall category (princeton-nlp/HELMET, configs/recall.yaml and
 recall_short.yaml): JSON KV and RULER's MK-2, MK-3 and MV, generated offline with the model's own
-tokenizer (helmet.py, over ruler.py's generators), in HELMET's prompts for a base model, greedy
+tokenizer (tools/helmet.py, over ruler.py's generators), in HELMET's prompts for a base model, greedy
 answers of at most 50 (MK-2, MV) or 100 (MK-3, JSON KV) tokens, scored as HELMET (ruler_recall;
 substring_exact_match for JSON KV) and averaged per length into "Recall", printed in the layout
 of HELMET's scripts/collect_results.py.
 
-    python eval_helmet.py --ckpt=out/quickstart/ckpt_000488.pt --lengths="[8192, 16384]" --samples=5
-    python eval_helmet.py --ckpt=... --tasks="['json_kv', 'ruler_niah_mk_2']"
+    python -m tools.eval_helmet --ckpt=out/quickstart/ckpt_000488.pt --lengths="[8192, 16384]" --samples=5
+    python -m tools.eval_helmet --ckpt=... --tasks="['json_kv', 'ruler_niah_mk_2']"
 
 tasks: a list of HELMET dataset names (helmet.TASKS), or 'recall' for all four.
 Data: MK-2's keys from wonderwords' lists; MV's essay haystack: Paul Graham's essays in RULER's
@@ -26,7 +26,7 @@ from typing import Literal
 
 import torch
 
-import helmet
+from tools import helmet
 import ruler
 
 
@@ -56,8 +56,8 @@ if __name__ == '__main__':
     model, tokenizer, info, autocast = checkpoint.eval_setup(ckpt, device, dtype, 'HELMET recall', window, max(lengths),
                                                              overrides)
     out = out or ckpt.removesuffix('.pt').rstrip('/') + '_helmet'
-    checkpoint.eval_outputs(out, 'eval_helmet.py')
-    settings = checkpoint.eval_settings(info, 'eval_helmet.py', window=window, overrides=overrides,
+    checkpoint.eval_outputs(out, 'tools/eval_helmet.py')
+    settings = checkpoint.eval_settings(info, 'tools/eval_helmet.py', window=window, overrides=overrides,
                                         seed=seed, dtype=dtype, chunk_size=chunk_size, essay=essay)
     results = ruler.Results(out + '.jsonl', settings, overwrite)  # read back under these only
 

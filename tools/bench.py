@@ -2,11 +2,11 @@
 Speed and memory, side by side. Training variants are timed in alternating rounds in one
 process, so that a machine's drift (~30% on shared CPUs) hits them alike; the report gives ratios.
 
-    python bench.py configs/quickstart.py                     # the regularizers: tokens/s vs none
-    python bench.py configs/quickstart.py --mode=nanogpt      # the model vs a plain nanoGPT of the same size
-    python bench.py configs/quickstart.py --mode=methods      # the length-generalization methods vs RoPE (docs/methods.md)
-    python bench.py --model_type=mamba2 --mode=hf_mamba       # mamba.py vs transformers' Mamba2
-    python bench.py configs/quickstart.py --mode=context      # prefill/decoding time and peak memory vs length
+    python -m tools.bench configs/quickstart.py                     # the regularizers: tokens/s vs none
+    python -m tools.bench configs/quickstart.py --mode=nanogpt      # the model vs a plain nanoGPT of the same size
+    python -m tools.bench configs/quickstart.py --mode=methods      # the length-generalization methods vs RoPE (docs/methods.md)
+    python -m tools.bench --model_type=mamba2 --mode=hf_mamba       # mamba.py vs transformers' Mamba2
+    python -m tools.bench configs/quickstart.py --mode=context      # prefill/decoding time and peak memory vs length
     bash scripts/bench_gpu.sh                                         # the whole suite on one GPU, paper-size models
 
 A training config can be given: its model keys are used, its training-only keys ignored. On
@@ -25,7 +25,7 @@ import torch
 import checkpoint
 from configurator import configure
 from hardware import peak_flops
-from timing import NanoGPT, build, child_result, measure_context, sync, table, timed, train_steps
+from tools.timing import NanoGPT, build, child_result, measure_context, sync, table, timed, train_steps
 
 if __name__ == '__main__':  # spawned measuring processes import this file again: only the parent runs it
     # -------------------------------------------------------------------------

@@ -1,9 +1,9 @@
 """
 The pre-activation variance mismatch of the paper's Figure 3, for a trained checkpoint
-(measures.variance_mismatch and measures.pre_norm_drift; study.py uses them too).
+(measures.variance_mismatch and measures.pre_norm_drift; tools/study.py uses them too).
 
-    python probe_variance.py --ckpt=out/quickstart/ckpt_000488.pt                   # its own dropout
-    python probe_variance.py --ckpt=out/quickstart/ckpt_000488.pt --dropout_type=pre_linear
+    python -m tools.probe_variance --ckpt=out/quickstart/ckpt_000488.pt                   # its own dropout
+    python -m tools.probe_variance --ckpt=out/quickstart/ckpt_000488.pt --dropout_type=pre_linear
 
 On one batch of validation windows: for every projection, the relative error between the
 variance of its pre-activations with the train-mode dropout operator and in eval mode (same

@@ -1,15 +1,15 @@
 """
 Short benchmarks (the paper's Table 7) with lm-eval on any checkpoint that checkpoint.load_model
 reads: NAPE, ALiBi and ASEntmax transformers, Mamba2, SmolLM3 CPT runs, weights folders. Most of
-these fit no Hugging Face layout (export_hf.py refuses them), so the model is lengthgen.py's
+these fit no Hugging Face layout (tools/export_hf.py refuses them), so the model is tools/lengthgen.py's
 lm-eval LM over our own forward pass, KV cache and tokenizer.
 
-    python eval_lm.py --ckpt=out/nape/ckpt_000953.pt --batch_size=16 \\
+    python -m tools.eval_lm --ckpt=out/nape/ckpt_000953.pt --batch_size=16 \\
         --tasks=arc_easy,arc_challenge,hellaswag,piqa,winogrande,openbookqa,boolq,lambada_openai
 
 Prints lm-eval's table and writes <ckpt>_lm_eval.json (lm-eval's results, its samples left out).
 --include_path=<folder> adds local task YAMLs (lm-eval's own mechanism, for tasks only).
-lm-eval's own CLI with this model (`--model lengthgen`), and how its requests are answered: lengthgen.py.
+lm-eval's own CLI with this model (`--model lengthgen`), and how its requests are answered: tools/lengthgen.py.
 """
 
 import json
@@ -18,7 +18,7 @@ import sys
 
 import torch
 
-import lengthgen
+from tools import lengthgen
 
 
 if __name__ == '__main__':

@@ -1,15 +1,15 @@
 """
 lm-eval's model 'lengthgen' (LengthGenLM): any checkpoint that checkpoint.load_model reads (NAPE,
 ALiBi and ASEntmax transformers, Mamba2, SmolLM3 CPT runs, weights folders) as an lm-eval LM over
-our own forward pass, KV cache and tokenizer. Most of these fit no Hugging Face layout (export_hf.py
-refuses them). eval_lm.py is its command line (the paper's Table 7).
+our own forward pass, KV cache and tokenizer. Most of these fit no Hugging Face layout (tools/export_hf.py
+refuses them). tools/eval_lm.py is its command line (the paper's Table 7).
 
 From lm-eval's CLI: lm_eval 0.4.13 finds models only in its registry, filled by its own
 hard-coded MODEL_MAPPING and by @register_model when a module is imported; it scans no entry
 points and has no option that imports a module (--include_path is for tasks). So plain
 `lm_eval --model lengthgen` cannot work, but importing this module first registers the class:
 
-    python -c "import lengthgen; from lm_eval.__main__ import cli_evaluate; cli_evaluate()" \\
+    python -c "from tools import lengthgen; from lm_eval.__main__ import cli_evaluate; cli_evaluate()" \\
         --model lengthgen --model_args ckpt=out/nape/ckpt_000953.pt,dtype=bfloat16 --tasks arc_easy --batch_size 16
 
 (from the repository root; in Python, after `import lengthgen`, lm_eval.simple_evaluate(model='lengthgen',
@@ -44,7 +44,7 @@ try:
     from lm_eval.api.registry import register_model
     from lm_eval.models.utils import normalize_gen_kwargs
 except ImportError:
-    raise SystemExit("lengthgen.py (eval_lm.py's lm-eval model) needs lm-eval: pip install lm_eval") from None
+    raise SystemExit("tools/lengthgen.py (tools/eval_lm.py's lm-eval model) needs lm-eval: pip install lm_eval") from None
 from tqdm import tqdm
 
 import checkpoint
