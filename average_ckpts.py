@@ -3,8 +3,8 @@ Checkpoint averaging (the paper's Tables 9, 10 and 12, Figure 6): the uniform av
 parameters of several checkpoints of one run, written as a normal checkpoint that every eval
 script loads.
 
-    python average_ckpts.py --ckpt_dir=out/quickstart --last=10             # the last 10 saved steps
-    python average_ckpts.py --ckpt_dir=out/quickstart --last=10 --stride=2  # every other one of them
+    python average_ckpts.py --ckpt_dir=out/quickstart --last=10             # the last 10 steps
+    python average_ckpts.py --ckpt_dir=out/quickstart --last=10 --stride=2  # every other one
     python average_ckpts.py --ckpt_dir=out/quickstart --start=300 --stop=480
     python average_ckpts.py --steps="[400, 450, 488]" --ckpt_dir=out/quickstart
     python average_ckpts.py --ckpts="['hf/cpt_a', 'hf/cpt_b']" --out=hf/cpt_avg   # weights folders
@@ -42,7 +42,8 @@ def is_average(path):
 def write_file(state, paths, steps, out):
     """A checkpoint file: the newest's metadata with the averaged weights (atomic)."""
     ckpt = dict(checkpoint.load(paths[-1]))
-    ckpt.update(model=state, averaged_steps=steps, averaged_from=[os.path.abspath(p) for p in paths])
+    ckpt.update(model=state, averaged_steps=steps,
+                averaged_from=[os.path.abspath(p) for p in paths])
     checkpoint.save(ckpt, out)
 
 
@@ -52,11 +53,16 @@ def write_folder(state, paths, out):
     from safetensors.torch import save_file
     tmp = out.rstrip('/') + '.tmp'
     shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(paths[-1], tmp, ignore=lambda d, names: [n for n in names if n.endswith(('.safetensors', '.bin'))])
+    weights = ('.safetensors', '.bin')  # its other files are copied
+    shutil.copytree(paths[-1], tmp, ignore=lambda d, names: [n for n in names
+                                                             if n.endswith(weights)])
     for file in weight_files(paths[-1]):
         shard = {n: state[n].contiguous() for n in shapes(file)}
         dest = os.path.join(tmp, os.path.basename(file))
-        save_file(shard, dest, metadata={'format': 'pt'}) if file.endswith('.safetensors') else torch.save(shard, dest)
+        if file.endswith('.safetensors'):
+            save_file(shard, dest, metadata={'format': 'pt'})
+        else:
+            torch.save(shard, dest)
     with open(os.path.join(tmp, 'averaged.json'), 'w') as f:
         json.dump({'averaged_from': [os.path.abspath(p) for p in paths]}, f, indent=1)
     checkpoint.replace_folder(tmp, out)
@@ -73,7 +79,7 @@ if __name__ == '__main__':
     stop = -1  # only steps <= stop (-1: no limit)
     steps: list[int] = []  # or exactly these steps of ckpt_dir
     ckpts: list = []  # or these checkpoint files or weights folders, oldest first
-    out = ''  # default: ckpt_dir/avg{K}_{first}-{last}.pt, or beside the newest given path: <name>_avg{K}[.pt]
+    out = ''  # default: ckpt_dir/avg{K}_{first}-{last}.pt, or beside the newest: <name>_avg{K}[.pt]
     overwrite = False  # replace an earlier average at out (never anything else)
     # -------------------------------------------------------------------------
     LIMITS = {'last': (0, None), 'stride': (1, None), 'start': (0, None), 'stop': (0, None, -1),
@@ -85,20 +91,22 @@ if __name__ == '__main__':
         elif ckpt_dir:
             if not os.path.isdir(ckpt_dir):
                 raise ValueError(f"--ckpt_dir={ckpt_dir} is not a folder")
-            chosen = sorted(steps) if steps else checkpoint.select(ckpt_dir, last, stride, start, stop)
+            chosen = sorted(steps) or checkpoint.select(ckpt_dir, last, stride, start, stop)
             paths = [checkpoint.step_path(ckpt_dir, s) for s in chosen]
             missing = [p for p in paths if not os.path.exists(p)]
             if missing:
                 raise ValueError(f"no such checkpoints: {', '.join(missing)}")
         else:
-            raise ValueError("give --ckpt_dir (with --last, --start/--stop/--stride or --steps) or --ckpts")
+            raise ValueError("give --ckpt_dir (with --last, --start/--stop/--stride or --steps) or "
+                             "--ckpts")
         if not paths:
             raise ValueError(f"no checkpoints (ckpt_*.pt) in {ckpt_dir} in that range")
         folders = os.path.isdir(paths[0])
         if not out and chosen:
             out = os.path.join(ckpt_dir, f'avg{len(paths)}_{chosen[0]:06d}-{chosen[-1]:06d}.pt')
         elif not out:  # beside the newest of the given paths
-            out = paths[-1].rstrip('/').removesuffix('.pt') + f'_avg{len(paths)}' + ('' if folders else '.pt')
+            out = (paths[-1].rstrip('/').removesuffix('.pt') + f'_avg{len(paths)}'
+                   + ('' if folders else '.pt'))
         checkpoint.check_output(out, overwrite, is_average, 'average_ckpts.py')  # not a run's
         names = [os.path.basename(p.rstrip('/')) for p in paths]
         names = names if len(names) < 5 else names[:2] + ['...'] + names[-2:]

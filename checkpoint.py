@@ -33,8 +33,7 @@ import torch
 from tqdm import tqdm
 
 import hardware
-import weights  # imported here, not lazily: weights.py reads and writes folders without checkpoint.py (it
-# needs only model.py's Transformer), so load_any can call it and no import cycle can arise
+import weights  # released weights: it needs only model.py's Transformer, never this file
 from mamba import Mamba2, Mamba2Config
 from model import Transformer, TransformerConfig
 from tokens import Tokenizer, same_tokenizer
@@ -66,9 +65,12 @@ def save(obj, path):
     except BaseException as e:  # torch.save reports a full disk as a RuntimeError of its writer
         if os.path.exists(tmp):
             os.remove(tmp)
-        need, free = tensor_bytes(obj), shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free
-        if getattr(e, 'errno', None) in (errno.ENOSPC, errno.EDQUOT) or isinstance(e, RuntimeError) and free < need:
-            raise OSError(errno.ENOSPC, f"the disk is full: {path} needs about {need:,} bytes, {free:,} are free") from None
+        need = tensor_bytes(obj)
+        free = shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free
+        full = getattr(e, 'errno', None) in (errno.ENOSPC, errno.EDQUOT)
+        if full or isinstance(e, RuntimeError) and free < need:
+            raise OSError(errno.ENOSPC, f"the disk is full: {path} needs about {need:,} bytes, "
+                                        f"{free:,} are free") from None
         raise
     os.replace(tmp, path)
     fsync(os.path.dirname(os.path.abspath(path)))
@@ -106,7 +108,8 @@ def load(path, device='cpu'):
     try:
         return torch.load(path, map_location=device, weights_only=True, mmap=True)
     except (RuntimeError, EOFError, pickle.UnpicklingError) as e:
-        raise ValueError(f"{path} is not a checkpoint written by torch.save, or it was cut short ({e})") from None
+        raise ValueError(f"{path} is not a checkpoint written by torch.save, or it was cut short "
+                         f"({e})") from None
 
 
 def steps(out_dir, prefix='ckpt', ext='.pt'):
@@ -117,17 +120,18 @@ def steps(out_dir, prefix='ckpt', ext='.pt'):
 
 
 def select(ckpt_dir, last, stride, start, stop):
-    """Steps of ckpt_dir in [start, stop], every stride-th counted back from the newest, the last `last` of them."""
+    """Steps of ckpt_dir in [start, stop], every stride-th counted back from the newest, the last
+    `last` of them."""
     found = [s for s in steps(ckpt_dir) if start <= s and (stop < 0 or s <= stop)]
     chosen = found[::-1][::stride][:last or None][::-1]
     if last and len(chosen) < last:
-        raise ValueError(f"{ckpt_dir} has {len(chosen)} checkpoints in that range with stride {stride} "
-                         f"({chosen}), fewer than the {last} asked for")
+        raise ValueError(f"{ckpt_dir} has {len(chosen)} checkpoints in that range with stride "
+                         f"{stride} ({chosen}), fewer than the {last} asked for")
     return chosen
 
 
 def pairs(out_dir):
-    """Sorted steps that have both a checkpoint and its optimizer state: the ones a run can resume from."""
+    """Sorted steps with both a checkpoint and its optimizer state: those a run resumes from."""
     return sorted(set(steps(out_dir)) & set(steps(out_dir, 'optim')))
 
 
@@ -138,7 +142,8 @@ def step_path(out_dir, step, prefix='ckpt', ext='.pt'):
 def clean(out_dir):
     """Remove the temporary files of checkpoints whose write was interrupted (kill -9) from out_dir
     -> their names. Only a run that holds out_dir's lock may call it."""
-    stale = sorted(glob.glob(os.path.join(out_dir, 'ckpt_*.tmp')) + glob.glob(os.path.join(out_dir, 'optim_*.tmp')))
+    stale = sorted(p for prefix in ('ckpt', 'optim')
+                   for p in glob.glob(os.path.join(out_dir, f'{prefix}_*.tmp')))
     for path in stale:
         shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
     return [os.path.basename(p) for p in stale]
@@ -237,8 +242,9 @@ def build_model(model_type, args):
 
 def load_any(path):
     """A checkpoint file, or a folder of released weights (transformers' SmolLM3; state-spaces'
-    or transformers' Mamba2; or their Hugging Face repo id, see weights.local), as a checkpoint dict:
-    model, model_type, model_args, tokenizer (None if the folder has no tokenizer.json), step."""
+    or transformers' Mamba2; or their Hugging Face repo id, see weights.local), as a checkpoint
+    dict: model, model_type, model_args, tokenizer (None if the folder has no tokenizer.json),
+    step."""
     path = weights.local(path)
     if os.path.isdir(path):
         return weights.load_folder(path)
@@ -260,8 +266,8 @@ def load_model(path, device='cpu', **overrides):
     model.load_state_dict(ckpt['model'])
     tokenizer = Tokenizer(ckpt['tokenizer']) if ckpt['tokenizer'] else None
     if tokenizer and tokenizer.n_vocab > model.config.vocab_size:
-        raise ValueError(f"its tokenizer has {tokenizer.n_vocab} tokens, more than the model's vocabulary "
-                         f"of {model.config.vocab_size}: not the model's own tokenizer")
+        raise ValueError(f"its tokenizer has {tokenizer.n_vocab} tokens, more than the model's "
+                         f"vocabulary of {model.config.vocab_size}: not the model's own tokenizer")
     return model.to(device).eval(), tokenizer, ckpt
 
 
@@ -279,30 +285,37 @@ def load_for_eval(path, device, purpose, window=None, overrides=None):
     except (OSError, RuntimeError, ValueError) as e:
         raise SystemExit(f"cannot load {path}: {e}")
     if tokenizer is None:
-        raise SystemExit(f"{path} has no tokenizer (tokenizer.json): {purpose} needs the model's own tokenizer")
+        raise SystemExit(f"{path} has no tokenizer (tokenizer.json): {purpose} needs the model's "
+                         f"own tokenizer")
     return model, tokenizer, ckpt
 
 
 def check_length(model, length, path):
-    """SystemExit if the model cannot take `length` tokens: learned absolute positions stop at block_size."""
+    """SystemExit if the model cannot take `length` tokens: learned absolute positions stop at
+    block_size."""
     c = model.config
     if getattr(c, 'pos_encoding', None) == 'learned' and length > c.block_size:
-        raise SystemExit(f"{path} has learned absolute positions for {c.block_size} tokens: it cannot take {length}")
+        raise SystemExit(f"{path} has learned absolute positions for {c.block_size} tokens: it "
+                         f"cannot take {length}")
 
 
 def autocast(device, dtype):
     """The eval scripts' precision: 'bfloat16' runs under autocast on the device's type, anything
     else (float32) plain."""
-    return torch.autocast(device.split(':')[0], dtype=torch.bfloat16) if dtype == 'bfloat16' else nullcontext()
+    if dtype != 'bfloat16':
+        return nullcontext()
+    return torch.autocast(device.split(':')[0], dtype=torch.bfloat16)
 
 
 def eval_setup(ckpt, device, dtype, purpose, window=None, length=None, overrides=None):
     """The start-up every eval script shares: a SystemExit asking for --ckpt when it is empty, the
-    autocast of `dtype`, the model and its tokenizer (load_for_eval: purpose, window, overrides), and,
-    given a length, the check that the model can take it (check_length) -> (model, tokenizer, checkpoint
-    dict, autocast). device and dtype are the scripts' own (their defaults stay in their config)."""
+    autocast of `dtype`, the model and its tokenizer (load_for_eval: purpose, window, overrides),
+    and, given a length, the check that the model can take it (check_length) -> (model, tokenizer,
+    checkpoint dict, autocast). device and dtype are the scripts' own (their defaults stay in
+    their config)."""
     if not ckpt:
-        raise SystemExit("give a checkpoint: --ckpt=out/quickstart/ckpt_000488.pt (or a weights folder)")
+        raise SystemExit("give a checkpoint: --ckpt=out/quickstart/ckpt_000488.pt (or a weights "
+                         "folder)")
     context = autocast(device, dtype)
     model, tokenizer, info = load_for_eval(ckpt, device, purpose, window, overrides)
     if length is not None:
@@ -351,9 +364,10 @@ def eval_outputs(out, tool, results=True, overwrite=False):
 # -----------------------------------------------------------------------------
 # train.py's ways in (resume, continued pre-training) and its checkpoint pairs
 
-RUNTIME = ('dropout', 'dropout_type', 'vpad_variant', 'attn_dropout', 'window', 'attn_backend', 'use_kernels')
-# and the positions, where the config sets them (else the source's): no weights depend on them, except
-# learned ones. DroPE is CPT with pos_encoding='nope' from a RoPE model (docs/methods.md)
+RUNTIME = ('dropout', 'dropout_type', 'vpad_variant', 'attn_dropout', 'window', 'attn_backend',
+           'use_kernels')
+# and the positions, where the config sets them (else the source's): no weights depend on them,
+# except learned ones. DroPE is CPT with pos_encoding='nope' from a RoPE model (docs/methods.md)
 POSITIONS = ('pos_encoding', 'rope_random', 'rope_scaling', 'rope_factor')
 
 
@@ -369,9 +383,10 @@ def save_pair(out_dir, step, keep_last, optim, ckpt):
     except OSError as e:
         if os.path.exists(optim_path) and not os.path.exists(path):
             os.remove(optim_path)
-        raise SystemExit(f"stopping at iteration {step}: cannot save its checkpoint ({e}). The checkpoints before it "
-                         f"are intact: free some space and resume with --init_from=resume")
-    for old in [s for s in steps(out_dir, 'optim') if s < step][:-1]:  # now that the new pair is complete
+        raise SystemExit(f"stopping at iteration {step}: cannot save its checkpoint ({e}). The "
+                         f"checkpoints before it are intact: free some space and resume with "
+                         f"--init_from=resume")
+    for old in [s for s in steps(out_dir, 'optim') if s < step][:-1]:  # the new pair is complete
         os.remove(step_path(out_dir, old, 'optim'))
     for old in steps(out_dir)[:-keep_last] if keep_last else []:
         os.remove(step_path(out_dir, old))
@@ -382,7 +397,8 @@ def resume_state(out_dir, sharded, say=print):
     """The newest complete pair of out_dir that reads -> (step, checkpoint, optimizer state)."""
     resumable = pairs(out_dir)
     if not resumable:
-        raise SystemExit(f"init_from='resume' but {out_dir} holds no checkpoint with optimizer state")
+        raise SystemExit(f"init_from='resume' but {out_dir} holds no checkpoint with optimizer "
+                         f"state")
     for step in reversed(resumable):
         try:
             ckpt, optim = load(step_path(out_dir, step)), load(step_path(out_dir, step, 'optim'))
@@ -392,44 +408,53 @@ def resume_state(out_dir, sharded, say=print):
         except (OSError, ValueError) as e:
             say(f"warning: passing over step {step}: {e}; trying the checkpoint before it")
             continue
-        if optim.get('sharded', False) != sharded:  # FSDP's state is keyed by parameter name, DDP's by index
-            raise SystemExit(f"{out_dir} was trained with parallel={'fsdp' if optim.get('sharded') else 'ddp'}: "
-                             f"resume it {'under torchrun with' if optim.get('sharded') else 'without'} --parallel=fsdp")
+        fsdp = optim.get('sharded', False)  # FSDP keys its state by parameter name, DDP by index
+        if fsdp != sharded:
+            raise SystemExit(f"{out_dir} was trained with parallel={'fsdp' if fsdp else 'ddp'}: "
+                             f"resume it {'under torchrun with' if fsdp else 'without'} "
+                             f"--parallel=fsdp")
         return step, ckpt, optim['optimizer']
-    raise SystemExit(f"no checkpoint of {out_dir} could be read with its optimizer state (warnings above)")
+    raise SystemExit(f"no checkpoint of {out_dir} could be read with its optimizer state (warnings "
+                     f"above)")
 
 
 def check_resume(ckpt, model_type, model_args, out_dir, halt_at=0):
-    """SystemExit unless the config describes the checkpoint's own model, and halt_at (if > 0) lies after it."""
+    """SystemExit unless the config describes the checkpoint's own model, and halt_at (if > 0)
+    lies after it."""
     if 0 < halt_at <= ckpt['step']:
-        raise SystemExit(f"config error: halt_at = {halt_at}, but the run resumes at iteration {ckpt['step']}: "
-                         f"give a later halt_at, or 0 to run to the end")
-    changed = {k: (v, model_args.get(k)) for k, v in ckpt['model_args'].items() if model_args.get(k) != v}
+        raise SystemExit(f"config error: halt_at = {halt_at}, but the run resumes at iteration "
+                         f"{ckpt['step']}: give a later halt_at, or 0 to run to the end")
+    changed = {k: (v, model_args.get(k)) for k, v in ckpt['model_args'].items()
+               if model_args.get(k) != v}
     if changed or ckpt['model_type'] != model_type:
         diff = ', '.join(f"{k}: checkpoint {a!r} vs config {b!r}" for k, (a, b) in changed.items())
-        raise SystemExit(f"cannot resume {out_dir}: the config describes another model ({diff or model_type}). "
-                         f"Resume with the run's own config, or start a new run in another out_dir.")
+        raise SystemExit(f"cannot resume {out_dir}: the config describes another model "
+                         f"({diff or model_type}). Resume with the run's own config, or start a "
+                         f"new run in another out_dir.")
 
 
 def cpt_source(source, tokenizer, model_type=None):
     """The checkpoint (or weights folder, or hub id) that continued pre-training starts from,
     checked against the run's tokenizer and, if the config sets one (else None), its model_type."""
     if not os.path.exists(source) and not weights.hub_id(source):
-        raise SystemExit(f"init_from must be 'scratch', 'resume', a checkpoint file, a weights folder or a "
-                         f"Hugging Face repo id (HuggingFaceTB/SmolLM3-3B); {source} is none of these")
+        raise SystemExit(f"init_from must be 'scratch', 'resume', a checkpoint file, a weights "
+                         f"folder or a Hugging Face repo id (HuggingFaceTB/SmolLM3-3B); "
+                         f"{source} is none of these")
     try:
         ckpt = load_any(source)
     except ValueError as e:
         raise SystemExit(f"init_from: {e}")
     if ckpt['tokenizer'] is None:
-        raise SystemExit(f"{source} has no tokenizer.json: copy in the tokenizer the model was trained with "
-                         f"(GPT-NeoX's for state-spaces/mamba2-*)")
+        raise SystemExit(f"{source} has no tokenizer.json: copy in the tokenizer the model was "
+                         f"trained with (GPT-NeoX's for state-spaces/mamba2-*)")
     if not same_tokenizer(ckpt['tokenizer'], tokenizer):
-        raise SystemExit(f"{source} was trained with tokenizer {ckpt['tokenizer']}, but the data is tokenized with "
-                         f"{tokenizer}: prepare the data with the checkpoint's tokenizer")
+        raise SystemExit(f"{source} was trained with tokenizer {ckpt['tokenizer']}, but the data "
+                         f"is tokenized with {tokenizer}: prepare the data with the checkpoint's "
+                         f"tokenizer")
     if model_type and model_type != ckpt['model_type']:
-        raise SystemExit(f"config error: {source} is a {ckpt['model_type']}, but the config sets model_type = "
-                         f"{model_type!r}: CPT keeps the checkpoint's model (remove model_type)")
+        raise SystemExit(f"config error: {source} is a {ckpt['model_type']}, but the config sets "
+                         f"model_type = {model_type!r}: CPT keeps the checkpoint's model (remove "
+                         f"model_type)")
     return ckpt
 
 
@@ -438,17 +463,19 @@ def cpt_model_args(source_args, config, user_keys, source):
     (RUNTIME), and its positions where it sets them (POSITIONS). A model key that the config sets
     (user_keys) to another value is an error: it could not apply."""
     known = {f.name for f in fields(MODELS[config['model_type']][1])}
-    fixed = known - set(RUNTIME) - set(POSITIONS) - {'vocab_size', 'block_size'}  # these two follow the data
-    clash = {k: (source_args.get(k), config[k]) for k in sorted(user_keys & fixed) if config[k] != source_args.get(k)}
+    fixed = known - set(RUNTIME) - set(POSITIONS) - {'vocab_size', 'block_size'}  # from the data
+    clash = {k: (source_args.get(k), config[k]) for k in sorted(user_keys & fixed)
+             if config[k] != source_args.get(k)}
     positions = {k: config[k] for k in POSITIONS if k in user_keys & known}
-    learned = 'learned' in (source_args.get('pos_encoding'), positions.get('pos_encoding'))
-    if learned and positions.get('pos_encoding', source_args.get('pos_encoding')) != source_args.get('pos_encoding'):
-        clash['pos_encoding'] = (source_args.get('pos_encoding'), config['pos_encoding'])  # its weights would not fit
+    before = source_args.get('pos_encoding')
+    after = positions.get('pos_encoding', before)
+    if 'learned' in (before, after) and after != before:  # learned positions' weights would not fit
+        clash['pos_encoding'] = (before, config['pos_encoding'])
     if clash:
-        raise SystemExit(f"config error: continued pre-training takes the architecture from {source}, but the config "
-                         f"sets " + ', '.join(f"{k} = {b!r} (the checkpoint has {a!r})" for k, (a, b) in clash.items())
-                         + f". Remove these keys; CPT may change only {', '.join(RUNTIME + POSITIONS)} (learned "
-                         f"positions excepted)")
+        sets = ', '.join(f"{k} = {b!r} (the checkpoint has {a!r})" for k, (a, b) in clash.items())
+        raise SystemExit(f"config error: continued pre-training takes the architecture from "
+                         f"{source}, but the config sets {sets}. Remove these keys; CPT may change "
+                         f"only {', '.join(RUNTIME + POSITIONS)} (learned positions excepted)")
     return {**source_args, **{k: config[k] for k in RUNTIME if k in known}, **positions}
 
 
@@ -488,8 +515,8 @@ def shapes(file):
     if file.endswith('.safetensors'):
         from safetensors import safe_open
         with safe_open(file, 'pt') as f:
-            return {n: (tuple(f.get_slice(n).get_shape()), f.get_slice(n).get_dtype().startswith(('F', 'BF')))
-                    for n in f.keys()}
+            return {n: (tuple(f.get_slice(n).get_shape()),
+                        f.get_slice(n).get_dtype().startswith(('F', 'BF'))) for n in f.keys()}
     return {n: (tuple(t.shape), t.is_floating_point()) for n, t in read(file)}
 
 
@@ -499,7 +526,8 @@ def describe(path):
     if os.path.isdir(path):
         with open(os.path.join(path, 'config.json')) as f:
             config = json.load(f)
-        arch = {k: v for k, v in config.items() if not k.startswith('_') and k not in IGNORED_CONFIG_KEYS}
+        arch = {k: v for k, v in config.items()
+                if not k.startswith('_') and k not in IGNORED_CONFIG_KEYS}
         return arch, {n: s for f in weight_files(path) for n, s in shapes(f).items()}
     ckpt = load_any(path)  # memory-mapped: the tensors' pages are not read
     return ({'model_type': ckpt['model_type'], **ckpt['model_args']},
@@ -529,8 +557,9 @@ def check(paths):
             raise ValueError(f"{path} and {first} hold different tensors: {', '.join(odd[:5])}")
         bad = [n for n in found if found[n] != ref_shapes[n]]
         if bad:
-            raise ValueError(f"{path} and {first} differ in {bad[0]}: shape {found[bad[0]][0]} vs {ref_shapes[bad[0]][0]}"
-                             f" (float: {found[bad[0]][1]} vs {ref_shapes[bad[0]][1]})")
+            (shape, fp), (ref_shape, ref_fp) = found[bad[0]], ref_shapes[bad[0]]
+            raise ValueError(f"{path} and {first} differ in {bad[0]}: shape {shape} vs {ref_shape} "
+                             f"(float: {fp} vs {ref_fp})")
 
 
 def average(paths):
@@ -558,8 +587,10 @@ def after_divergence(out_dir, it):
     check, so the newest one is good, and its optimizer state is still beside it."""
     kept = [s for s in pairs(out_dir) if s <= it]
     if not kept:
-        return None, "No checkpoint was saved yet: start again with a lower learning_rate or a longer warm-up."
+        return None, ("No checkpoint was saved yet: start again with a lower learning_rate or a "
+                      "longer warm-up.")
     good = step_path(out_dir, kept[-1])
-    return good, (f"The last good checkpoint is {good} (its optimizer state beside it): resume from it with "
-                  f"--init_from=resume --skip_steps={it - kept[-1] + 1} (skips the batches of iterations "
-                  f"{kept[-1]}-{it}, which led here), or with a lower learning_rate or a longer warm-up.")
+    return good, (f"The last good checkpoint is {good} (its optimizer state beside it): resume "
+                  f"from it with --init_from=resume --skip_steps={it - kept[-1] + 1} (skips the "
+                  f"batches of iterations {kept[-1]}-{it}, which led here), or with a lower "
+                  f"learning_rate or a longer warm-up.")

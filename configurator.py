@@ -44,11 +44,13 @@ def _fits(value, t):
 
 
 def check(key, value, default, annotation=None, where='command line'):
-    """Raise SystemExit with a clear message if value does not fit the key's type (or allowed values)."""
+    """Raise SystemExit with a clear message if value does not fit the key's type (or allowed
+    values)."""
     if typing.get_origin(annotation) is typing.Literal:
         if value in typing.get_args(annotation) and type(value) is type(default):
             return value
-        raise SystemExit(f"config error ({where}): {key} must be one of {list(typing.get_args(annotation))}, got {value!r}")
+        raise SystemExit(f"config error ({where}): {key} must be one of "
+                         f"{list(typing.get_args(annotation))}, got {value!r}")
     if annotation is not None:  # a type, or a union of types (int | list[int] | None)
         union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
         allowed = typing.get_args(annotation) if union else (annotation,)
@@ -60,7 +62,8 @@ def check(key, value, default, annotation=None, where='command line'):
         return value
     names = ' or '.join(str(t) if typing.get_origin(t) else getattr(t, '__name__', str(t))
                         for t in allowed)
-    raise SystemExit(f"config error ({where}): {key} must be {names}, got {value!r} ({type(value).__name__})")
+    raise SystemExit(f"config error ({where}): {key} must be {names}, got {value!r} "
+                     f"({type(value).__name__})")
 
 
 def _unknown(key, known, where):
@@ -85,10 +88,11 @@ def print_help(namespace, sources=()):
     notes = {}
     for path in (*sources, script):
         notes.update(comments(path))
-    name = os.path.relpath(script)  # a tool in a folder (tools/) runs as a module: python -m tools.x
+    name = os.path.relpath(script)  # a tool in a folder runs as a module: python -m tools.x
     name = f"-m {name[:-3].replace(os.sep, '.')}" if os.sep in name else name
     print(f"usage: python {name} [config.py ...] [--key=value ...]\n\n"
-          f"config files (plain Python) first, then --key=value (a Python literal, else a string); the keys:")
+          f"config files (plain Python) first, then --key=value (a Python literal, else a "
+          f"string); the keys:")
     for key, value in config_keys(namespace).items():
         print(f"  --{key}={value!r}" + (f"  # {notes[key]}" if key in notes else ''))
     raise SystemExit(0)
@@ -123,7 +127,8 @@ def configure(namespace, argv, lenient_files=False, given=None, help_sources=(),
                 raise SystemExit(f"config error: {arg} stops with {type(e).__name__}: {e}") \
                     from None
             for key, value in scope.items():
-                if key.startswith('_') or isinstance(value, (types.ModuleType, types.FunctionType, type)):
+                code = (types.ModuleType, types.FunctionType, type)
+                if key.startswith('_') or isinstance(value, code):
                     continue
                 if key not in config:
                     if lenient_files:

@@ -4,7 +4,7 @@ loss at every position of long documents, averaged over documents, smoothed with
 average, summarised per length band, and drawn for one or several checkpoints on one plot.
 
     python eval_loss.py --ckpt=out/quickstart/ckpt_000488.pt --max_length=4096 --smooth=64
-    python eval_loss.py --ckpt="['out/scratch_wd/ckpt_076293.pt', 'out/scratch_vpad/ckpt_076293.pt']" \\
+    python eval_loss.py --ckpt="['out/wd/ckpt_076293.pt', 'out/vpad/ckpt_076293.pt']" \\
         --data_dir=data/common_pile_arxiv/gpt2 --max_length=32768
 
 Documents come from a token shard (data_dir, split): every one at least max_length + 1 tokens
@@ -35,8 +35,8 @@ docs = 16  # documents (windows) to average over
 windows_per_doc = 1  # > 1: also the next windows of each document (they start mid-document)
 smooth = 512  # moving-average window, as the paper's figures
 chunk_size = 1024
-window: int | list | None = None  # replaces the models' sliding windows (e.g. the paper's "SW" without CPT)
-overrides: dict | None = None  # model arguments no weight depends on, e.g. {'rope_scaling': 'yarn', 'rope_factor': 4.0}
+window: int | list | None = None  # replaces the models' sliding windows (the paper's "SW")
+overrides: dict | None = None  # model arguments no weight depends on: {'rope_scaling': 'yarn'}
 out = ''  # default: next to the first checkpoint, <ckpt>_loss
 overwrite = False  # replace an earlier <out>.json and .png of this script
 device = 'cuda' if torch.cuda.is_available() else 'cpu'
@@ -54,7 +54,8 @@ checkpoint.eval_outputs(out, 'eval_loss.py', results=False, overwrite=overwrite)
 
 results, data = {}, None
 for path in ckpts:
-    model, tokenizer, info = checkpoint.load_for_eval(path, device, 'the per-position loss', window, overrides)
+    model, tokenizer, info = checkpoint.load_for_eval(path, device, 'the per-position loss', window,
+                                                      overrides)
     trained_on = train_length or info.get('config', {}).get('block_size', 0)
     if not trained_on:
         raise SystemExit(f"{path} does not say its training length: give --train_length")
@@ -68,29 +69,33 @@ for path in ckpts:
         windows = data.long_windows(max_length, docs, per_document=windows_per_doc)
         if windows is None:
             longest = max((b - a for _, a, b in data.doc_spans()), default=0)
-            raise SystemExit(f"no document in {data_dir} ({split}) has {max_length + 1} tokens (the longest has "
-                             f"{longest}): ask for a shorter --max_length, or use longer documents "
-                             f"(data/common_pile_arxiv/prepare.py)")
+            raise SystemExit(f"no document in {data_dir} ({split}) has {max_length + 1} tokens "
+                             f"(the longest has {longest}): ask for a shorter --max_length, or use "
+                             f"longer documents (data/common_pile_arxiv/prepare.py)")
     if not same_tokenizer(info['tokenizer'], data.meta['tokenizer']):
-        raise SystemExit(f"{path} uses tokenizer {info['tokenizer']}, {data_dir} is tokenized with {data.meta['tokenizer']}")
+        raise SystemExit(f"{path} uses tokenizer {info['tokenizer']}, {data_dir} is tokenized with "
+                         f"{data.meta['tokenizer']}")
     checkpoint.check_length(model, max_length, path)
     total, n = loss_curve(model, windows, chunk_size, device, autocast)
     curve = (total / n).cpu()
-    results[path] = {'step': info['step'], 'train_length': trained_on, 'bands': length_bands(curve, trained_on),
+    results[path] = {'step': info['step'], 'train_length': trained_on,
+                     'bands': length_bands(curve, trained_on),
                      'curve': curve.tolist(), 'smoothed': moving_average(curve, smooth).tolist()}
     print(f"{path}: {n} windows of {max_length + 1} tokens")
 
 # the table, the JSON, the figure
-print(f"\nmean cross-entropy (nats/token) per band of positions ({len(windows)} windows of {data_dir}, {split})")
+print(f"\nmean cross-entropy (nats/token) per band of positions ({len(windows)} windows of "
+      f"{data_dir}, {split})")
 header = None
 for path, r in results.items():
     if header != (r['train_length'], list(r['bands'])):
         header = (r['train_length'], list(r['bands']))
-        print(f"{'checkpoint (trained on ' + str(r['train_length']) + ')':<44}" + ''.join(f"{k:>10}" for k in r['bands']))
+        title = f"checkpoint (trained on {r['train_length']})"
+        print(f"{title:<44}" + ''.join(f"{k:>10}" for k in r['bands']))
     print(f"{os.path.relpath(path):<44}" + ''.join(f"{v:>10.4f}" for v in r['bands'].values()))
 with open(out + '.json', 'w') as f:
-    json.dump({'data_dir': data_dir, 'split': split, 'documents': len(windows), 'max_length': max_length,
-               'smooth': smooth, 'checkpoints': results}, f)
+    json.dump({'data_dir': data_dir, 'split': split, 'documents': len(windows),
+               'max_length': max_length, 'smooth': smooth, 'checkpoints': results}, f)
 import matplotlib
 matplotlib.use('Agg')
 import matplotlib.pyplot as plt

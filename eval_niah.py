@@ -5,7 +5,7 @@ sized to each length with the model's own tokenizer, greedy answers of up to 128
 by RULER's string_match_all. Also the classic view: the needle at fixed depths, a depth x length
 heatmap.
 
-    python eval_niah.py --ckpt=out/quickstart/ckpt_000488.pt --lengths="[1024, 2048, 4096, 8192, 16384]"
+    python eval_niah.py --ckpt=out/quickstart/ckpt_000488.pt --lengths="[1024, 2048, 4096, 8192]"
 
 Writes, next to the checkpoint: <ckpt>_niah.jsonl (every sample: its length in tokens, the
 answer, the prediction, the score; an interrupted run continues from it), <ckpt>_niah.json (the
@@ -55,9 +55,9 @@ if __name__ == '__main__':
     depths: list[int] = [0, 25, 50, 75, 100]  # needle depths (% of the haystack); [] for none
     depth_samples = 2  # samples per depth and length
     seed = 42
-    window: int | list | None = None  # replaces the model's sliding windows (e.g. the paper's "SW" without CPT)
-    overrides: dict | None = None  # model arguments no weight depends on, e.g. {'rope_scaling': 'yarn', 'rope_factor': 4.0}
-    chunk_size = 1024  # prefill chunk: a long prompt's memory grows with chunk x length, not length^2
+    window: int | list | None = None  # replaces the model's sliding windows (the paper's "SW")
+    overrides: dict | None = None  # model arguments no weight depends on: {'rope_scaling': 'yarn'}
+    chunk_size = 1024  # prefill chunk: a prompt's memory grows with chunk x length, not length^2
     overwrite = False  # recompute the results saved at out (of other settings: a window, a seed)
     out = ''  # output prefix; default: the checkpoint's path without .pt, plus _niah
     device = 'cuda' if torch.cuda.is_available() else 'cpu'
@@ -66,8 +66,8 @@ if __name__ == '__main__':
     LIMITS = {'lengths': (1, None), 'samples': (1, None), 'depths': (0, 100, []),
               'depth_samples': (0, None), 'seed': (0, None), 'chunk_size': (1, None)}
     globals().update(configure(globals(), sys.argv[1:], limits=LIMITS))
-    model, tokenizer, info, autocast = checkpoint.eval_setup(ckpt, device, dtype, 'NIAH', window, max(lengths),
-                                                             overrides)
+    model, tokenizer, info, autocast = checkpoint.eval_setup(ckpt, device, dtype, 'NIAH', window,
+                                                             max(lengths), overrides)
     out = out or ckpt.removesuffix('.pt').rstrip('/') + '_niah'
     checkpoint.eval_outputs(out, 'eval_niah.py')
     settings = checkpoint.eval_settings(info, 'eval_niah.py', window=window, overrides=overrides,
@@ -84,8 +84,9 @@ if __name__ == '__main__':
     print(f"{'model':<24}" + ''.join(f"{ruler.length_label(L):>8}" for L in lengths))
     print(f"{name:<24}" + ''.join(f"{summary['niah_1'][L]:>8.1f}" for L in lengths))
     with open(out + '.json', 'w') as f:
-        json.dump({'ckpt': ckpt, 'step': info['step'], 'task': 'niah_single_1', 'samples': samples, 'seed': seed,
-                   'depth_samples': depth_samples, **summary}, f, indent=2)
+        json.dump({'ckpt': ckpt, 'step': info['step'], 'task': 'niah_single_1', 'samples': samples,
+                   'seed': seed, 'depth_samples': depth_samples, **summary}, f, indent=2)
     if depths:
-        heatmap(out + '.png', summary['depth_x_length'], lengths, depths, f"NIAH: {name}, {depth_samples} samples per cell")
+        heatmap(out + '.png', summary['depth_x_length'], lengths, depths,
+                f"NIAH: {name}, {depth_samples} samples per cell")
     print(f"wrote {out}.json, {out}.jsonl" + (f", {out}.png" if depths else ""))

@@ -4,15 +4,16 @@ tasks, generated offline with the model's own tokenizer (ruler.py) and scored as
 does: string_match_all for niah/vt/cwe/fwe, string_match_part for QA, the mean over tasks per
 length, and the count of empty predictions.
 
-    python eval_ruler.py --ckpt=out/quickstart/ckpt_000488.pt --lengths="[1024, 2048, 4096]" --samples=4
-    python eval_ruler.py --ckpt=... --tasks=synthetic            # or a list: --tasks="['vt', 'cwe']"
+    python eval_ruler.py --ckpt=out/quickstart/ckpt_000488.pt --lengths="[1024, 2048]" --samples=4
+    python eval_ruler.py --ckpt=... --tasks=synthetic     # or a list: --tasks="['vt', 'cwe']"
 
 tasks: a list of task names, or a named set of ruler.SUBSETS: 'paper' (all 13, RULER's headline
 average, which we take the paper's "RULER" to be), 'synthetic' (all but QA), 'niah'.
 Data: word lists from wonderwords (and RULER's English words for cwe beyond 8166 words); the
 essay haystack: Paul Graham's essays in RULER's order (python data/ruler/prepare.py, once, with
-internet), or else Shakespeare's plays, said in the table and the JSON; SQuAD v2 dev and HotpotQA dev
-(distractor) from --squad / --hotpotqa (the original JSON files) or else through `datasets`.
+internet), or else Shakespeare's plays, said in the table and the JSON; SQuAD v2 dev and
+HotpotQA dev (distractor) from --squad / --hotpotqa (the original JSON files) or else through
+`datasets`.
 A task whose data is missing is skipped and said so, never scored 0.
 Writes <ckpt>_ruler.jsonl (every sample; an interrupted run continues) and <ckpt>_ruler.json.
 The samples are read back only under the settings that made them (ruler.Results): other settings
@@ -40,11 +41,11 @@ if __name__ == '__main__':
     lengths: list[int] = [4096, 8192, 16384, 32768]  # prompt + generated tokens, the model's tokens
     samples = 500  # per task and length (RULER's default)
     seed = 42
-    essay = ruler.ESSAY  # Paul Graham's essays in RULER's order (python data/ruler/prepare.py); else Shakespeare
+    essay = ruler.ESSAY  # Paul Graham's essays (python data/ruler/prepare.py); else Shakespeare
     squad = ''  # SQuAD v2 dev JSON (train-v2.0 layout); default: through `datasets`
     hotpotqa = ''  # HotpotQA dev distractor JSON; default: through `datasets`
-    window: int | list | None = None  # replaces the model's sliding windows (e.g. the paper's "SW" without CPT)
-    overrides: dict | None = None  # model arguments no weight depends on, e.g. {'rope_scaling': 'yarn', 'rope_factor': 4.0}
+    window: int | list | None = None  # replaces the model's sliding windows (the paper's "SW")
+    overrides: dict | None = None  # model arguments no weight depends on: {'rope_scaling': 'yarn'}
     chunk_size = 1024  # prefill chunk
     overwrite = False  # recompute the results saved at out (of other settings: a window, a seed)
     out = ''  # output prefix; default: the checkpoint's path without .pt, plus _ruler
@@ -55,8 +56,8 @@ if __name__ == '__main__':
               'chunk_size': (1, None)}  # configurator.check_limits
     globals().update(configure(globals(), sys.argv[1:], limits=LIMITS))
     names = ruler.task_list(tasks)
-    model, tokenizer, info, autocast = checkpoint.eval_setup(ckpt, device, dtype, 'RULER', window, max(lengths),
-                                                             overrides)
+    model, tokenizer, info, autocast = checkpoint.eval_setup(ckpt, device, dtype, 'RULER', window,
+                                                             max(lengths), overrides)
     out = out or ckpt.removesuffix('.pt').rstrip('/') + '_ruler'
     checkpoint.eval_outputs(out, 'eval_ruler.py')
     settings = checkpoint.eval_settings(info, 'eval_ruler.py', window=window, overrides=overrides,
@@ -67,11 +68,13 @@ if __name__ == '__main__':
     data = ruler.Data(essay, squad, hotpotqa)
     r = ruler.evaluate(model, tokenizer, results, names, lengths, samples, seed, data, device,
                        chunk_size, autocast)
-    print(f"\nRULER ({samples} samples per task and length; string_match_all, QA string_match_part; x100)")
-    print(f"{'task':<18}" + ''.join(f"{ruler.length_label(L):>8}" for L in lengths) + "   empty predictions")
+    print(f"\nRULER ({samples} samples per task and length; string_match_all, QA "
+          f"string_match_part; x100)")
+    header = ''.join(f"{ruler.length_label(L):>8}" for L in lengths)
+    print(f"{'task':<18}{header}   empty predictions")
     for t, row in r['scores'].items():
-        print(f"{t:<18}" + ''.join(f"{v:>8.1f}" if not math.isnan(v) else f"{'-':>8}" for v in row.values())
-              + "   " + ' '.join(str(n) for n in r['nulls'][t].values()))
+        cells = ''.join(f"{v:>8.1f}" if not math.isnan(v) else f"{'-':>8}" for v in row.values())
+        print(f"{t:<18}{cells}   " + ' '.join(str(n) for n in r['nulls'][t].values()))
     print(f"{'average':<18}" + ''.join(f"{v:>8.2f}" for v in r['average'].values()))
     print(f"{'tasks averaged':<18}" + ''.join(f"{v:>8}" for v in r['tasks_averaged'].values()))
     if r['skipped']:
@@ -79,8 +82,9 @@ if __name__ == '__main__':
     if r['stand_in_haystack']:
         print(f"on a stand-in haystack: {', '.join(r['stand_in_haystack'])}: {data.stand_in}")
     name = os.path.basename(ckpt.rstrip('/'))
-    print(f"\n{'RULER':<24}" + ''.join(f"{ruler.length_label(L):>8}" for L in lengths))
+    print(f"\n{'RULER':<24}{header}")
     print(f"{name:<24}" + ''.join(f"{v:>8.2f}" for v in r['average'].values()))
     with open(out + '.json', 'w') as f:
-        json.dump({'ckpt': ckpt, 'step': info['step'], 'tasks': names, 'samples': samples, 'seed': seed, **r}, f, indent=2)
+        json.dump({'ckpt': ckpt, 'step': info['step'], 'tasks': names, 'samples': samples,
+                   'seed': seed, **r}, f, indent=2)
     print(f"wrote {out}.json and {out}.jsonl")

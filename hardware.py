@@ -11,7 +11,8 @@ import os
 import torch
 
 
-def memory_estimate(model, batch_size, block_size, bf16, checkpointing=False, fsdp_world=1, no_sync=False):
+def memory_estimate(model, batch_size, block_size, bf16, checkpointing=False, fsdp_world=1,
+                    no_sync=False):
     """-> bytes by part: 'states' (float32 weights, gradients and AdamW's two moments, 16 bytes a
     parameter, sharded by FSDP; plus the unsharded float32 gradients FSDP keeps across no-sync
     micro-steps), 'activations' (Korthikanti et al. 2022: about 34 bytes per token and unit of
@@ -24,14 +25,17 @@ def memory_estimate(model, batch_size, block_size, bf16, checkpointing=False, fs
     layer = 34 * tokens * c.n_embd * (1 if bf16 else 2)
     # probabilities: float32 ones saved by the normaliser's backward, and the compute-dtype copy
     # saved by p @ v (under attention dropout: the dropped copy, and the mask, a byte an entry)
-    materialised = getattr(c, 'attn_alpha', 1.0) != 1.0 or getattr(c, 'attn_backend', '') == 'manual'
-    per_entry = 4 + ((1 + (2 if bf16 else 4)) if getattr(c, 'attn_dropout', 0.0) > 0 else (2 if bf16 else 0))
+    manual = getattr(c, 'attn_backend', '') == 'manual'
+    materialised = getattr(c, 'attn_alpha', 1.0) != 1.0 or manual
+    dropped = getattr(c, 'attn_dropout', 0.0) > 0
+    per_entry = 4 + ((1 + (2 if bf16 else 4)) if dropped else (2 if bf16 else 0))
     probs = per_entry * batch_size * c.n_head * block_size ** 2 if materialised else 0  # per layer
     if checkpointing:  # the block inputs, and one block recomputed at a time
         acts, attention = 2 * tokens * c.n_embd * c.n_layer + layer, probs
     else:
         acts, attention = layer * c.n_layer, probs * c.n_layer
-    return {'states': states, 'activations': acts, 'attention': attention, 'logits': 10 * tokens * c.vocab_size}
+    return {'states': states, 'activations': acts, 'attention': attention,
+            'logits': 10 * tokens * c.vocab_size}
 
 
 def describe_memory(model, batch_size, block_size, bf16, checkpointing=False, fsdp_world=1,
@@ -88,7 +92,7 @@ def inference_estimate(model, length, chunk, bf16):
     per_token = 2 * (c.n_kv_head or c.n_head) * hd * b  # one layer's key and value
     held = [min(length, w - 1 + chunk) if w else length for w in c.layer_windows()]
     ffn = c.ffn_dim or 4 * c.n_embd
-    acts = chunk * (8 * c.n_embd + 3 * ffn) * b  # residual, normalised input, q/k/v/o, the MLP's hidden (gate, up)
+    acts = chunk * (8 * c.n_embd + 3 * ffn) * b  # residual, normed input, q/k/v/o; MLP's gate, up
     return {'weights': b * model.num_params(False), 'cache': per_token * sum(held),
             'transient': per_token * max(held) + acts}
 
@@ -96,15 +100,18 @@ def inference_estimate(model, length, chunk, bf16):
 # dense bf16 peak FLOP/s of a GPU (vendor data sheets, without sparsity), for MFU, by the exact name
 # torch.cuda.get_device_name reports: an H100 PCIe (756 TF) or NVL (835 TF) must not pass for the
 # SXM part (989 TF), nor an A10G for an A10. A GPU not named here gets no MFU.
-PEAK_FLOPS = {'NVIDIA A100-SXM4-80GB': 312e12, 'NVIDIA A100-SXM4-40GB': 312e12, 'NVIDIA A100 80GB PCIe': 312e12,
-              'NVIDIA A100-PCIE-40GB': 312e12, 'NVIDIA H100 80GB HBM3': 989e12, 'NVIDIA H100': 989e12,
-              'NVIDIA H100 PCIe': 756e12, 'NVIDIA H100 NVL': 835e12, 'NVIDIA H200': 989e12, 'NVIDIA H200 NVL': 835e12,
-              'NVIDIA B200': 2250e12, 'NVIDIA L40S': 362e12, 'NVIDIA A10': 125e12, 'NVIDIA L4': 121e12,
+PEAK_FLOPS = {'NVIDIA A100-SXM4-80GB': 312e12, 'NVIDIA A100-SXM4-40GB': 312e12,
+              'NVIDIA A100 80GB PCIe': 312e12, 'NVIDIA A100-PCIE-40GB': 312e12,
+              'NVIDIA H100 80GB HBM3': 989e12, 'NVIDIA H100': 989e12, 'NVIDIA H100 PCIe': 756e12,
+              'NVIDIA H100 NVL': 835e12, 'NVIDIA H200': 989e12, 'NVIDIA H200 NVL': 835e12,
+              'NVIDIA B200': 2250e12, 'NVIDIA L40S': 362e12, 'NVIDIA A10': 125e12,
+              'NVIDIA L4': 121e12,
               'NVIDIA GeForce RTX 4090': 165e12}
 
 
 def peak_flops(device):
-    """(name, bf16 peak) of a CUDA device from PEAK_FLOPS; the peak is None on CPU or for a GPU not in the table."""
+    """(name, bf16 peak) of a CUDA device from PEAK_FLOPS; the peak is None on CPU or for a GPU
+    not in the table."""
     if not str(device).startswith('cuda'):
         return str(device), None
     name = torch.cuda.get_device_name(torch.device(device))

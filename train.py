@@ -37,25 +37,25 @@ from tokens import TRAIN, batch_rng, micro_batches, training_data
 # -----------------------------------------------------------------------------
 # I/O
 out_dir = 'out'
-init_from = 'scratch'  # 'scratch', 'resume' (out_dir's newest), or CPT from a checkpoint, weights or hub id
+init_from = 'scratch'  # 'scratch', 'resume' (out_dir's newest), or CPT from a checkpoint or weights
 log_interval = 10  # iterations between log lines (also written to out_dir/log.jsonl)
 eval_interval = 500  # iterations between evaluations (and at the end)
 ckpt_interval = 1000  # iterations between checkpoints (and at the end); see keep_last
-halt_at = 0  # if > 0, checkpoint and exit at this iteration; the schedule is unchanged (resume later)
-skip_steps = 0  # with init_from='resume', after a divergence: skip the batches of the next N iterations
+halt_at = 0  # if > 0, checkpoint and exit at this iteration (the schedule unchanged: resume later)
+skip_steps = 0  # init_from='resume' after a divergence: skip the batches of the next N iterations
 # evaluation
 eval_iters = 20  # validation batches at the training length
 eval_lengths: list[int] = [2048, 4096, 8192, 16384]  # lm: per-position loss to each length
 eval_windows = 16  # lm: validation windows of max(eval_lengths) tokens for the per-position loss
 # data
-task: Literal['lm', 'copy', 'needle', 'offset', 'delay_copy'] = 'lm'  # lm: on data_dir; or a task of tasks.py
-data_dir = 'data/shakespeare/byte'  # lm: train*.bin / val*.bin shards and meta.json (data/*/prepare.py)
-train_tokens = 0  # lm: if > 0, train on the first train_tokens tokens only (repeated: a corpus to over-fit)
+task: Literal['lm', 'copy', 'needle', 'offset', 'delay_copy'] = 'lm'  # lm: data_dir; or tasks.py's
+data_dir = 'data/shakespeare/byte'  # lm: train*.bin / val*.bin and meta.json (data/*/prepare.py)
+train_tokens = 0  # lm: if > 0, only the first train_tokens tokens (repeated: a corpus to over-fit)
 task_vocab = 32  # tasks: symbols, the 4 special ones included
 task_min_len = 50  # tasks: lengths in training (tasks.LENGTHS says of what), uniform in
 task_max_len = 100  # [task_min_len, task_max_len]; the test lengths are eval_lengths
 task_eval_samples = 100  # tasks: held-out samples per test length, scored by exact-match answers
-needle_value_len = 4  # needle: symbols in its value; offset: in the answer; delay_copy: in the source
+needle_value_len = 4  # needle: symbols of its value; offset: of the answer; delay_copy: the source
 needle_keys = 1  # needle: needles in the haystack (> 1: the query names one, the others distract)
 task_offset = 8  # offset: each answer token is the one this many positions before it
 batch_size = 16  # sequences per micro-step, per process
@@ -86,19 +86,19 @@ for _f in (f for _, cfg in checkpoint.MODELS.values() for f in fields(cfg)):  # 
 # optimizer and schedule
 learning_rate = 6e-4
 min_lr = 6e-5
-schedule: Literal['wsd', 'constant', 'cosine'] = 'wsd'  # the paper's SWUA (warm-up, stable, anneal), SWU
+schedule: Literal['wsd', 'constant', 'cosine'] = 'wsd'  # the paper's SWUA (wsd), SWU (constant)
 warmup_frac = 0.025  # fraction of the iterations spent warming up
 anneal_frac = 0.2  # 'wsd': fraction of the iterations at the end annealed linearly to min_lr
 beta1, beta2 = 0.9, 0.95
 grad_clip = 1.0  # 0 disables clipping
-spike_threshold = 1.0  # a loss this many nats above the lowest of the last 20 is a divergence (0: off)
+spike_threshold = 1.0  # a loss this many nats over the last 20's lowest is a divergence (0: off)
 # system
 device = 'auto'  # 'auto' (cuda, mps, else cpu), or e.g. 'cpu', 'cuda'
 dtype: Literal['auto', 'bfloat16', 'float32'] = 'auto'  # auto: bfloat16 on CUDA, float32 elsewhere
 compile: bool | None = None  # torch.compile; None: on for CUDA, off elsewhere
-parallel: Literal['ddp', 'fsdp'] = 'ddp'  # under torchrun: a replica per process, or FSDP2 (all sharded)
-activation_checkpointing = False  # recompute each block in the backward: less memory, about 30% more compute
-keep_last = 0  # keep only the newest N model checkpoints; 0 keeps all (checkpoint averaging needs the last K)
+parallel: Literal['ddp', 'fsdp'] = 'ddp'  # under torchrun: a replica per process, or FSDP2
+activation_checkpointing = False  # recompute each block in the backward: less memory, more time
+keep_last = 0  # keep the newest N model checkpoints; 0 keeps all (averaging needs the last K)
 wandb_log = False  # also log to Weights & Biases (pip install wandb) what log.jsonl gets
 wandb_project = 'length-generalization'
 wandb_run_name = ''  # default: out_dir's name
@@ -115,7 +115,7 @@ LIMITS = {**{k: (1, None) for k in POSITIVE}, **{k: (0, None) for k in NOT_NEGAT
           'eval_lengths': (1, None, []), 'seed': (0, 2 ** 63 - 1), 'warmup_frac': (0, 1),
           'anneal_frac': (0, 1), 'beta1': (0, 0.999999), 'beta2': (0, 0.999999)}
 given = set()
-MODEL_FILES = [sys.modules[cfg.__module__].__file__ for _, cfg in checkpoint.MODELS.values()]  # for --help
+MODEL_FILES = [sys.modules[c.__module__].__file__ for _, c in checkpoint.MODELS.values()]  # --help
 config = configure(globals(), sys.argv[1:], given=given, help_sources=MODEL_FILES, limits=LIMITS)
 globals().update(config)
 user_model_keys = given & {f.name for _, cfg in checkpoint.MODELS.values() for f in fields(cfg)}
@@ -125,7 +125,8 @@ def check_config():
     """The config errors that need neither data nor a model, before anything is written."""
     errors = [
         (not (0 < learning_rate < 3e38 and 0 <= min_lr < 3e38),  # the optimizer computes in float32
-         f"learning_rate and min_lr must be positive and finite in float32, got {learning_rate}, {min_lr}"),
+         f"learning_rate and min_lr must be positive and finite in float32, got {learning_rate}, "
+         f"{min_lr}"),
         (warmup_frac + anneal_frac * (schedule == 'wsd') > 1,
          f"warmup_frac ({warmup_frac}) and anneal_frac ({anneal_frac}) are fractions of the run: "
          f"warm-up plus anneal at most 1"),
@@ -148,12 +149,13 @@ distributed = 'RANK' in os.environ
 rank, world, device = processes.start(device)  # device 'auto': cuda, mps, else cpu
 master = rank == 0
 sharded = distributed and parallel == 'fsdp'
-# evaluation is split among DDP processes; FSDP processes must all run every forward, so each does it all
+# evaluation is split among DDP processes; FSDP's must all run every forward, so each does it all
 eval_rank, eval_world = (0, 1) if sharded else (rank, world)
 device_type = 'cuda' if device.startswith('cuda') else device
 if dtype == 'auto':
     dtype = 'bfloat16' if device_type == 'cuda' and torch.cuda.is_bf16_supported() else 'float32'
-autocast = torch.autocast(device_type, dtype=torch.bfloat16) if dtype == 'bfloat16' else nullcontext()
+bf16 = dtype == 'bfloat16'
+autocast = torch.autocast(device_type, dtype=torch.bfloat16) if bf16 else nullcontext()
 if compile is None:
     compile = device_type == 'cuda'
 if device_type == 'cuda':
@@ -167,8 +169,8 @@ if task != 'lm':
     except ValueError as e:
         raise SystemExit(f"config error: {e}")
     block_size = config['block_size'] = train_data.block_size  # the longest sequence, padded to
-    say(f"data: the {task} task, {task_vocab} symbols, {tasks.LENGTHS[task]} {task_min_len}-{task_max_len}, "
-        f"sequences padded to {block_size}")
+    say(f"data: the {task} task, {task_vocab} symbols, {tasks.LENGTHS[task]} "
+        f"{task_min_len}-{task_max_len}, sequences padded to {block_size}")
 else:
     train_data, val_data = training_data(data_dir, block_size, train_tokens, max_tokens)
     epochs = f"; {max_tokens / len(train_data):.1f} epochs" if train_tokens else ""
@@ -178,9 +180,9 @@ else:
 # same micro-batch size any process count trains alike
 micro_batch, grad_accum = micro_batches(tokens_per_batch, block_size, world, batch_size)
 if micro_batch < batch_size:
-    say(f"note: micro-batches of {micro_batch} sequences, the largest up to batch_size = {batch_size} that "
-        f"splits the {grad_accum * micro_batch} per process evenly; a run with other micro-batches has other "
-        f"batches and masks")
+    say(f"note: micro-batches of {micro_batch} sequences, the largest up to batch_size = "
+        f"{batch_size} that splits the {grad_accum * micro_batch} per process evenly; a run with "
+        f"other micro-batches has other batches and masks")
 batch_size = micro_batch
 max_iters = int(max_tokens // tokens_per_batch)
 if vocab_size is None:
@@ -189,8 +191,8 @@ if vocab_size < train_data.meta['vocab_size']:
     raise SystemExit(f"config error: vocab_size = {vocab_size} is less than the data's "
                      f"{train_data.meta['vocab_size']} tokens: leave it unset (the data's, "
                      f"rounded up to a multiple of 64)")
-say(f"{max_iters:,} iterations of {tokens_per_batch:,} tokens = {world} processes x {grad_accum} micro-steps "
-    f"x {batch_size} x {block_size}")
+say(f"{max_iters:,} iterations of {tokens_per_batch:,} tokens = {world} processes x {grad_accum} "
+    f"micro-steps x {batch_size} x {block_size}")
 
 # the model, three ways in: from scratch; resumed (weights, optimizer state, the spike check's
 # recent losses and the skipped batches, from out_dir's newest checkpoint pair); or continued
@@ -211,7 +213,7 @@ log = RunLog(out_dir, master, wandb_log)  # log.jsonl (and wandb): runlog.py
 # one writer per out_dir, for the life of this process, from before anything in it is read (two runs
 # started together on a new folder: one of them trains); a run refused from here on leaves no trace
 lock = checkpoint.lock(out_dir) if master else None
-if init_from != 'resume' and checkpoint.steps(out_dir):  # scratch or CPT (whose source may be one of them)
+if init_from != 'resume' and checkpoint.steps(out_dir):  # scratch or CPT (its source may be one)
     raise SystemExit(f"{out_dir} already holds checkpoints of an earlier run: continue it with "
                      f"--init_from=resume, or choose another --out_dir (or delete the folder)")
 if init_from == 'resume':
@@ -220,7 +222,8 @@ if init_from == 'resume':
     cpt_from = ckpt.get('cpt_from')
     if cpt_from:  # a CPT run: its architecture is the source's, as when it started
         model_type = config['model_type'] = ckpt['model_type']
-        model_args = checkpoint.cpt_model_args(ckpt['model_args'], config, user_model_keys, cpt_from)
+        model_args = checkpoint.cpt_model_args(ckpt['model_args'], config, user_model_keys,
+                                               cpt_from)
     checkpoint.check_resume(ckpt, model_type, model_args, out_dir, halt_at)
     say(f"resuming {out_dir} at iteration {start_iter}")
 elif init_from != 'scratch':
@@ -231,17 +234,18 @@ elif init_from != 'scratch':
     cpt_from = init_from
     say(f"continued pre-training from {init_from} (step {ckpt['step']})")
 config.update(model_args)  # the stored config records the model that is trained
-if init_from == 'resume':  # after a divergence: not into the same batches again, unless skip_steps says so
+if init_from == 'resume':  # after a divergence: not the same batches again, unless skip_steps says
     log.check_replay(start_iter, config, 'skip_steps' in given)
 if skips:
     say(f"skipping batches: from iteration {', from '.join(f'{a} the next {n}' for a, n in skips)}")
-recent = collections.deque(ckpt.get('recent_losses', []) if init_from == 'resume' else [], maxlen=20)
+recent = collections.deque(ckpt.get('recent_losses', []) if init_from == 'resume' else [],
+                           maxlen=20)
 try:
     with torch.device('meta'):  # its shape alone: what it needs, before anything is allocated
         shape = checkpoint.build_model(model_type, model_args)
 except ValueError as e:
     raise SystemExit(f"config error: {e}")
-memory = hardware.describe_memory(shape, batch_size, block_size, dtype == 'bfloat16',
+memory = hardware.describe_memory(shape, batch_size, block_size, bf16,
                                   activation_checkpointing, world if sharded else 1,
                                   sharded and grad_accum > 1, device)  # SystemExit: cannot fit
 torch.manual_seed(seed)  # the initial weights
@@ -255,12 +259,12 @@ if model_args.get('pos_encoding') == 'learned' and eval_lengths and max(eval_len
     say(f"learned absolute positions stop at block_size: per-position loss only up to {block_size}")
 say(f"{model_type}: {model.num_params() / 1e6:.2f}M parameters without embeddings, "
     f"{model.num_params(False) / 1e6:.2f}M in all")
-if activation_checkpointing:  # the backward recomputes each block (and replays its RNG: the same masks)
+if activation_checkpointing:  # the backward recomputes each block, replaying its RNG (its masks)
     for block in model.layers:
         block.forward = functools.partial(torch.utils.checkpoint.checkpoint, block.forward,
                                           use_reentrant=False)
 if sharded:  # FSDP2: each block's weights, gradients and optimizer state sharded over the processes
-    processes.wrap(model, device_type, dtype == 'bfloat16')
+    processes.wrap(model, device_type, bf16)
 say(memory)
 
 # AdamW: matrices decayed; norms, biases, embeddings (and parameters marked _no_weight_decay) not
@@ -269,9 +273,9 @@ decay, no_decay = [], []
 for name, p in model.named_parameters():
     matrix = p.dim() >= 2 and (decay_embeddings or id(p) not in embeddings)
     (decay if matrix and not getattr(p, '_no_weight_decay', False) else no_decay).append(p)
-say(f"weight decay {weight_decay} on {len(decay)} tensors ({sum(p.numel() for p in decay):,} parameters); "
-    f"none on {len(no_decay)} tensors ({sum(p.numel() for p in no_decay):,}: norms, biases"
-    f"{'' if decay_embeddings else ', embeddings'})")
+say(f"weight decay {weight_decay} on {len(decay)} tensors ({sum(p.numel() for p in decay):,} "
+    f"parameters); none on {len(no_decay)} tensors ({sum(p.numel() for p in no_decay):,}: norms, "
+    f"biases{'' if decay_embeddings else ', embeddings'})")
 optimizer = torch.optim.AdamW([{'params': decay, 'weight_decay': weight_decay},
                                {'params': no_decay, 'weight_decay': 0.0}],
                               lr=learning_rate, betas=(beta1, beta2), fused=device_type == 'cuda')
@@ -284,10 +288,12 @@ if init_from == 'resume':
 
 raw_model = ddp = model
 if distributed and not sharded:
-    model = ddp = DDP(model, device_ids=[int(os.environ['LOCAL_RANK'])] if device_type == 'cuda' else None)
-if compile:  # after the DDP wrap, PyTorch's documented order. Dynamo's DDPOptimizer splits the graph at
-    # DDP's gradient buckets so that their all-reduce overlaps the backward (in torch 2.13 it finds
-    # the DDP module from inside its forward, so the other order splits too: test_train.py checks the split)
+    ids = [int(os.environ['LOCAL_RANK'])] if device_type == 'cuda' else None
+    model = ddp = DDP(model, device_ids=ids)
+if compile:  # after the DDP wrap, PyTorch's documented order. Dynamo's DDPOptimizer splits the
+    # graph at DDP's gradient buckets so that their all-reduce overlaps the backward (in torch 2.13
+    # it finds the DDP module from inside its forward, so the other order splits too:
+    # test_train.py checks the split)
     say("compiling the model...")
     model = torch.compile(model)
 
@@ -307,16 +313,20 @@ def evaluate():
     accuracy of greedy answers (tasks): measures.py. Shared among processes."""
     raw_model.eval()
     shared = dict(device=device, autocast=autocast, rank=eval_rank, world=eval_world,
-                  reduce=(lambda t: t) if sharded else all_sum)  # under FSDP each process does it all
+                  reduce=(lambda t: t) if sharded else all_sum)  # under FSDP each does it all
     result = val_loss(raw_model, val_data, eval_iters, batch_size, block_size, seed, **shared)
     if eval_lengths:
-        if sharded:  # the embedding and the head live outside the blocks: gathered for the cache paths
+        if sharded:  # the embedding and the head live outside the blocks: gathered for the cache
             raw_model.unshard()
-        result.update(position_loss(raw_model, val_data, eval_lengths, eval_windows, block_size, **shared)
-                      if task == 'lm' else
-                      task_accuracy(train_data, raw_model, eval_lengths, task_eval_samples, seed, **shared))
+        if task == 'lm':
+            result.update(position_loss(raw_model, val_data, eval_lengths, eval_windows, block_size,
+                                        **shared))
+        else:
+            result.update(task_accuracy(train_data, raw_model, eval_lengths, task_eval_samples,
+                                        seed, **shared))
         if task == 'lm' and 'windows' not in result:
-            say(f"(no validation document is longer than {max(eval_lengths)} tokens: no per-position loss)")
+            say(f"(no validation document is longer than {max(eval_lengths)} tokens: no "
+                f"per-position loss)")
         if sharded:
             raw_model.reshard()
     raw_model.train()
@@ -346,18 +356,19 @@ def forward_backward(it, backward=True):
     backward its gradients. The batches and the dropout masks of iteration `it` are functions of
     (seed, it, micro-batch) alone, so a resumed run repeats a straight one exactly."""
     loss_sum = torch.zeros((), device=device)
-    step = it + sum(n for start, n in skips if it >= start)  # whose batches it takes (skip_steps moves on)
+    step = it + sum(n for start, n in skips if it >= start)  # whose batches it takes (skip_steps)
     for micro in range(grad_accum):
-        j = micro * world + rank  # the micro-batch's index in the step: the same on any number of processes
+        j = micro * world + rank  # the micro-batch's index in the step, whatever the process count
         torch.manual_seed(hash((seed, step, j)) % 2 ** 62)  # its dropout masks
         x, y = train_data.batch(batch_size, block_size, batch_rng(seed, TRAIN, step, j))
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        if backward and sharded:  # reduce the gradients on the last micro-step only (set in a no-grad
-            raw_model.set_requires_gradient_sync(micro == grad_accum - 1)  # forward, it aborts gloo at exit)
+        if backward and sharded:  # reduce the gradients on the last micro-step only (set in
+            # a no-grad forward, it aborts gloo at exit)
+            raw_model.set_requires_gradient_sync(micro == grad_accum - 1)
         elif backward and distributed:
             ddp.require_backward_grad_sync = micro == grad_accum - 1
         with autocast, torch.set_grad_enabled(backward):
-            loss = model(x, y)[1]  # the logits not kept: held through the backward, 3.3 GB at 16 x 2048
+            loss = model(x, y)[1]  # logits not kept: held through the backward, 3.3 GB at 16x2048
         if backward:
             (loss / grad_accum).backward()
         loss_sum += loss.detach().float()
@@ -369,7 +380,8 @@ def check_divergence(it, loss, grad_norm=0.0):
     is not finite, or a loss spike_threshold nats above a reference (weights blown up by a huge step
     give a uniform output, ln(vocab), without ever reaching NaN). The reference is the lowest of the
     recent losses; over the first 5 steps, while the loss falls fast, the first loss recorded. The
-    message names the last good checkpoint (the newest: each passed this check before it was saved)."""
+    message names the last good checkpoint (the newest: each passed this check before it was
+    saved)."""
     if len(recent) >= 5:
         reference, what = min(recent), f"the lowest of the last {len(recent)}"
     else:  # the first steps
@@ -388,12 +400,13 @@ def check_divergence(it, loss, grad_norm=0.0):
 
 
 def save_checkpoint(it):
-    """The weights of iteration it, checked by check_divergence() but not yet stepped, and the optimizer
-    state beside them (checkpoint.save_pair: atomic, the newest keep_last kept)."""
-    state = processes.model_state(raw_model) if sharded else raw_model.state_dict()  # FSDP: gathered from all
+    """The weights of iteration it, checked by check_divergence() but not yet stepped, and the
+    optimizer state beside them (checkpoint.save_pair: atomic, the newest keep_last kept)."""
+    state = processes.model_state(raw_model) if sharded else raw_model.state_dict()  # FSDP: whole
     optim = processes.optimizer_state(raw_model, optimizer) if sharded else optimizer.state_dict()
     if master:
-        checkpoint.save_pair(out_dir, it, keep_last, {'optimizer': optim, 'step': it, 'sharded': sharded}, {
+        optim = {'optimizer': optim, 'step': it, 'sharded': sharded}  # optim_{it}.pt
+        checkpoint.save_pair(out_dir, it, keep_last, optim, {
             'model': state, 'model_type': model_type, 'model_args': model_args, 'step': it,
             'tokenizer': train_data.meta['tokenizer'], 'config': config, 'cpt_from': cpt_from,
             'recent_losses': list(recent), 'skips': skips})
@@ -420,8 +433,8 @@ while True:
         result = evaluate()  # under "evaluation" above
         say(eval_line(it, result, task))
         log({'event': 'eval', 'iter': it, **result})  # log: a runlog.RunLog, made with the model
-    if last or halt:  # the weights to save have not been through a training forward yet: check them first
-        check_divergence(it, forward_backward(it, backward=False))  # these three: under "one training step"
+    if last or halt:  # the weights to save have had no training forward yet: check them first
+        check_divergence(it, forward_backward(it, backward=False))  # under "one training step"
         save_checkpoint(it)
         break
 
@@ -430,8 +443,10 @@ while True:
     for group in optimizer.param_groups:
         group['lr'] = lr
     loss = forward_backward(it)
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip if grad_clip > 0 else math.inf)
-    grad_norm = (grad_norm.full_tensor() if hasattr(grad_norm, 'full_tensor') else grad_norm).item()  # FSDP
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip or math.inf)
+    if hasattr(grad_norm, 'full_tensor'):  # FSDP: a sharded tensor
+        grad_norm = grad_norm.full_tensor()
+    grad_norm = grad_norm.item()
     check_divergence(it, loss, grad_norm)
     if it > start_iter and it % ckpt_interval == 0:
         save_checkpoint(it)
@@ -446,9 +461,10 @@ while True:
         dt = (time.time() - t0) / (it - t0_iter)
         t0, t0_iter = time.time(), it
         mfu = f", mfu {100 * flops_per_iter / dt / peak / world:.1f}%" if peak else ""
-        say(f"iter {it}: loss {loss:.4f}, lr {lr:.2e}, {dt * 1000:.0f} ms/iter, {tokens_per_batch / dt:,.0f} "
-            f"tok/s{mfu}")
-        log({'event': 'train', 'iter': it, 'loss': loss, 'lr': lr, 'grad_norm': grad_norm, 'ms': dt * 1000})
+        say(f"iter {it}: loss {loss:.4f}, lr {lr:.2e}, {dt * 1000:.0f} ms/iter, "
+            f"{tokens_per_batch / dt:,.0f} tok/s{mfu}")
+        log({'event': 'train', 'iter': it, 'loss': loss, 'lr': lr, 'grad_norm': grad_norm,
+             'ms': dt * 1000})
 
 if last and ('position_loss' in result or 'accuracy' in result):
     say(report(result, it, config))  # the final table: measures.report
