@@ -49,23 +49,25 @@ def write_file(state, paths, steps, out):
 
 def write_folder(state, paths, out):
     """A weights folder laid out like the newest (same shards, same file formats, its other files),
-    written as out.tmp, then put in place."""
+    written in a new temporary folder, then put in place."""
     from safetensors.torch import save_file
-    tmp = out.rstrip('/') + '.tmp'
-    shutil.rmtree(tmp, ignore_errors=True)
+    tmp = checkpoint.temporary_folder(out)
     weights = ('.safetensors', '.bin')  # its other files are copied
-    shutil.copytree(paths[-1], tmp, ignore=lambda d, names: [n for n in names
-                                                             if n.endswith(weights)])
-    for file in weight_files(paths[-1]):
-        shard = {n: state[n].contiguous() for n in shapes(file)}
-        dest = os.path.join(tmp, os.path.basename(file))
-        if file.endswith('.safetensors'):
-            save_file(shard, dest, metadata={'format': 'pt'})
-        else:
-            torch.save(shard, dest)
-    with open(os.path.join(tmp, 'averaged.json'), 'w') as f:
-        json.dump({'averaged_from': [os.path.abspath(p) for p in paths]}, f, indent=1)
-    checkpoint.replace_folder(tmp, out)
+    try:
+        shutil.copytree(paths[-1], tmp, dirs_exist_ok=True,
+                        ignore=lambda d, names: [n for n in names if n.endswith(weights)])
+        for file in weight_files(paths[-1]):
+            shard = {n: state[n].contiguous() for n in shapes(file)}
+            dest = os.path.join(tmp, os.path.basename(file))
+            if file.endswith('.safetensors'):
+                save_file(shard, dest, metadata={'format': 'pt'})
+            else:
+                torch.save(shard, dest)
+        with open(os.path.join(tmp, 'averaged.json'), 'w') as f:
+            json.dump({'averaged_from': [os.path.abspath(p) for p in paths]}, f, indent=1)
+        checkpoint.replace_folder(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # ours alone, if the write did not finish
 
 
 if __name__ == '__main__':

@@ -85,6 +85,13 @@ def tensor_bytes(obj):
     return sum(map(tensor_bytes, obj)) if isinstance(obj, (list, tuple)) else 0
 
 
+def temporary_folder(path):
+    """A new, empty folder beside path (on its disk, so that replace_folder's rename is atomic),
+    made for this write alone: no folder that was there before is ever removed."""
+    parent, name = os.path.split(os.path.abspath(path.rstrip('/')))
+    return tempfile.mkdtemp(prefix=name + '.', suffix='.tmp', dir=parent)
+
+
 def replace_folder(tmp, path):
     """Put the complete folder tmp at path, its files on the disk first; an old folder at path
     goes only once tmp is in place."""

@@ -141,7 +141,7 @@ def load_smollm3(folder):
 def save_smollm3(model, folder, source_dir=None, shard_bytes=5 * 2 ** 30, dtype=torch.bfloat16):
     """Write a model as a Hugging Face SmolLM3 folder (config.json, sharded safetensors with their
     index, and the tokenizer files and token ids of source_dir, the folder the weights came from),
-    loadable by transformers and lm-eval; folder must not exist yet."""
+    loadable by transformers and lm-eval; into folder (made if new)."""
     from safetensors.torch import save_file
     c = model.config
     pos, windows = c.layer_pos_encodings(), c.layer_windows()
@@ -183,7 +183,7 @@ def save_smollm3(model, folder, source_dir=None, shard_bytes=5 * 2 ** 30, dtype=
            'max_position_embeddings': source.get('max_position_embeddings', c.block_size),
            'tie_word_embeddings': c.tie_embeddings, 'torch_dtype': str(dtype).removeprefix('torch.'),
            **{k: token_id(k) for k in ('bos_token_id', 'eos_token_id', 'pad_token_id')}}
-    os.makedirs(folder)  # a new folder: tools/export_hf.py writes a temporary one and puts it in place
+    os.makedirs(folder, exist_ok=True)  # tools/export_hf.py gives it a new temporary folder
     state = {hf_name(k): v.detach().to('cpu', dtype).contiguous() for k, v in model.state_dict().items()
              if not (c.tie_embeddings and k == 'lm_head.weight')}
     shards, size = [{}], 0

@@ -257,6 +257,13 @@ def test_export_and_average_never_write_over_a_run(tiny_run, tmp_path):
         assert code == 1 and "a training run's file or folder" in message, (args, message)
         assert '\n' not in message
     assert snapshot(tiny_run) == before and snapshot(other) == before
+    mine = tmp_path / 'export.tmp'  # a user's folder where the old export wrote its temporary one
+    mine.mkdir()
+    (mine / 'notes.txt').write_text('mine')
+    code, message = run_script('tools/export_hf.py', f'--ckpt={ckpt}', f'--out={tmp_path}/export')
+    assert code == 1 and "SmolLM3's layout needs" in message  # a NAPE model: refused after it began
+    assert (mine / 'notes.txt').read_text() == 'mine' and not os.path.exists(tmp_path / 'export')
+    assert sorted(p.name for p in tmp_path.glob('*.tmp')) == ['export.tmp']  # nothing of its own left
 
     def average(*args):
         return run_script('average_ckpts.py', f'--ckpt_dir={tiny_run}', *args)
@@ -269,7 +276,7 @@ def test_export_and_average_never_write_over_a_run(tiny_run, tmp_path):
     assert checkpoint.load(avg)['averaged_steps'] == [8]
     code, message = average('--last=1', f'--out={tmp_path}', '--overwrite=True')  # a user's folder
     assert code == 1 and 'was not written by average_ckpts.py' in message
-    assert not glob.glob(str(tmp_path / '*.tmp'))
+    assert sorted(p.name for p in tmp_path.glob('*.tmp')) == ['export.tmp']  # the user's, whole
 
 
 def test_two_runs_started_together_on_a_new_folder(tiny_data, tmp_path):

@@ -49,8 +49,7 @@ try:  # a hub name: its cached folder (a path stays as it is)
 except ValueError as e:
     raise SystemExit(f"--source: {e}")
 given, source = source, (source if os.path.isdir(source) else None)
-tmp = out.rstrip('/') + '.tmp'  # written whole, then put in place: an export is never half there
-shutil.rmtree(tmp, ignore_errors=True)
+tmp = checkpoint.temporary_folder(out)  # written whole, then put in place: never half there
 try:
     if info['model_type'] == 'mamba2':
         weights.to_transformers(model).to(getattr(torch, dtype)).save_pretrained(tmp)
