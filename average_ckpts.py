@@ -13,7 +13,7 @@ Checkpoint files (ckpt_{step}.pt, transformer or Mamba2) give a checkpoint file:
 one's metadata, the averaged weights, and `averaged_steps`. Hugging Face folders (SmolLM3 or
 Mamba2; sharded safetensors or pytorch_model*.bin) give a folder laid out like the newest one,
 with averaged.json naming its sources. Checkpoints are read one at a time (memory-mapped), so
-memory stays at about two models (checkpoint.average). Everything is checked before anything is
+memory stays at about two models (average). Everything is checked before anything is
 averaged: a different architecture, a missing or extra key, a different shape, or fewer
 checkpoints than asked for stop the script with nothing written. The output is written atomically.
 """
@@ -24,9 +24,107 @@ import shutil
 import sys
 
 import torch
+from tqdm import tqdm
 
 import checkpoint
-from checkpoint import average, shapes, weight_files
+
+IGNORED_CONFIG_KEYS = ('transformers_version', 'torch_dtype', 'dtype')  # bookkeeping in config.json
+
+
+def weight_files(path):
+    """The files that hold a checkpoint's weights: itself, or a folder's (sharded) weight files."""
+    if not os.path.isdir(path):
+        return [path]
+    names = sorted(os.listdir(path))
+    files = ([n for n in names if n.endswith('.safetensors')] or
+             [n for n in names if n.startswith('pytorch_model') and n.endswith('.bin')])
+    if not files:
+        raise ValueError(f"{path} has no *.safetensors or pytorch_model*.bin weights")
+    return [os.path.join(path, n) for n in files]
+
+
+def read(file):
+    """name -> tensor of one weight file, lazily (memory-mapped or read on access)."""
+    if file.endswith('.safetensors'):
+        from safetensors import safe_open
+        with safe_open(file, 'pt') as f:
+            for name in f.keys():
+                yield name, f.get_tensor(name)
+    else:
+        state = checkpoint.load(file)
+        yield from (state['model'] if file.endswith('.pt') else state).items()
+
+
+def shapes(file):
+    """name -> (shape, is float) of one weight file of a folder, without reading the weights."""
+    if file.endswith('.safetensors'):
+        from safetensors import safe_open
+        with safe_open(file, 'pt') as f:
+            return {n: (tuple(f.get_slice(n).get_shape()),
+                        f.get_slice(n).get_dtype().startswith(('F', 'BF'))) for n in f.keys()}
+    return {n: (tuple(t.shape), t.is_floating_point()) for n, t in read(file)}
+
+
+def describe(path):
+    """What averaged checkpoints must share, read without the weights: the architecture (model type
+    and arguments, or a folder's config.json) and name -> (shape, is float) of every tensor."""
+    if os.path.isdir(path):
+        with open(os.path.join(path, 'config.json')) as f:
+            config = json.load(f)
+        arch = {k: v for k, v in config.items()
+                if not k.startswith('_') and k not in IGNORED_CONFIG_KEYS}
+        return arch, {n: s for f in weight_files(path) for n, s in shapes(f).items()}
+    ckpt = checkpoint.load_any(path)  # memory-mapped: the tensors' pages are not read
+    return ({'model_type': ckpt['model_type'], **ckpt['model_args']},
+            {n: (tuple(t.shape), t.is_floating_point()) for n, t in ckpt['model'].items()})
+
+
+def check(paths):
+    """ValueError, naming the first difference, unless all checkpoints have one architecture and the
+    same tensors."""
+    if not paths:
+        raise ValueError("no checkpoints to average")
+    if len({os.path.isdir(p) for p in paths}) > 1:
+        raise ValueError("cannot average checkpoint files with weights folders")
+    ref_arch, ref_shapes = None, None
+    for path in paths:
+        arch, found = describe(path)
+        if ref_arch is None:
+            ref_arch, ref_shapes, first = arch, found, path
+            continue
+        diff = sorted((k for k in ref_arch.keys() | arch.keys() if ref_arch.get(k) != arch.get(k)),
+                      key=lambda k: (k != 'model_type', k))  # the model type first, if it differs
+        if diff:
+            what = ', '.join(f'{k} ({ref_arch.get(k)!r} vs {arch.get(k)!r})' for k in diff[:5])
+            raise ValueError(f"{path} and {first} differ in {what}")
+        if found.keys() != ref_shapes.keys():
+            odd = sorted(found.keys() ^ ref_shapes.keys())
+            raise ValueError(f"{path} and {first} hold different tensors: {', '.join(odd[:5])}")
+        bad = [n for n in found if found[n] != ref_shapes[n]]
+        if bad:
+            (shape, fp), (ref_shape, ref_fp) = found[bad[0]], ref_shapes[bad[0]]
+            raise ValueError(f"{path} and {first} differ in {bad[0]}: shape {shape} vs {ref_shape} "
+                             f"(float: {fp} vs {ref_fp})")
+
+
+def average(paths):
+    """The uniform average of the checkpoints' weights: name -> tensor in the newest's dtype."""
+    check(paths)
+    total, newest = {}, {}
+    for path in tqdm(paths, desc='averaging', unit='ckpt', disable=len(paths) < 3):
+        for file in weight_files(path):
+            for name, t in read(file):
+                if not t.is_floating_point():
+                    newest[name] = t  # the last checkpoint read is the newest
+                    continue
+                acc = torch.float64 if t.dtype in (torch.float32, torch.float64) else torch.float32
+                if name in total:
+                    total[name] += t.to(total[name].dtype)
+                else:
+                    total[name] = t.to(acc, copy=True)
+                newest[name] = t.dtype
+    return {n: (total[n] / len(paths)).to(newest[n]) if n in total else newest[n] for n in newest}
+
 
 def is_average(path):
     """Whether path is an earlier output of this script: a folder with averaged.json, or a

@@ -1,39 +1,34 @@
 """
-Our own checkpoints: written atomically, read with weights_only=True; a run folder's lock, and
-the check that no tool writes over a run (check_output); the model registry (MODELS,
-build_model); one loader that turns a checkpoint (or a folder of released weights, read by
-weights.py) into a model plus its tokenizer, and the eval scripts' shared start-up (eval_setup)
-and outputs (eval_outputs, eval_settings); train.py's ways in (resume_state, cpt_source,
-cpt_model_args) and its checkpoint pairs (save_pair); checkpoint averaging (average).
+A run's files: our checkpoints, written atomically and read with weights_only=True; the run
+folder's lock, and the check that no tool writes over a run (check_output); the model registry
+(MODELS, build_model) and one loader that turns a checkpoint (or a folder of released weights,
+read by weights.py) into a model plus its tokenizer (load_model); train.py's ways in
+(resume_state, cpt_source, cpt_model_args), its checkpoint pairs (save_pair) and its record
+(RunLog: log.jsonl).
 
 A checkpoint is out_dir/ckpt_{step:06d}.pt = {model (state dict, clean keys), model_type,
 model_args, tokenizer (spec), step, config (the whole resolved config)}; every saved step is
-kept (checkpoint averaging needs the last K). The optimizer state of the two newest steps lives
-beside them in optim_{step:06d}.pt, for resume (the older one if the newer cannot be read).
-
-Released weights (Hugging Face repo ids, SmolLM3 and Mamba2 folders, in and out) are not here:
-weights.py.
+kept (checkpoint averaging, average_ckpts.py, needs the last K). The optimizer state of the two
+newest steps lives beside them in optim_{step:06d}.pt, for resume (the older one if the newer
+cannot be read). An eval script's start-up from a checkpoint is in measures.py (eval_setup).
 """
 
 import atexit
 import errno
 import fcntl
 import glob
-import hashlib
 import json
 import os
 import pickle
 import re
 import shutil
 import tempfile
-from contextlib import nullcontext
+import uuid
 from dataclasses import fields
 
 import torch
-from tqdm import tqdm
 
-import hardware
-import weights  # released weights: it needs only model.py's Transformer, never this file
+import weights
 from mamba import Mamba2, Mamba2Config
 from model import Transformer, TransformerConfig
 from tokens import Tokenizer, same_tokenizer
@@ -278,96 +273,6 @@ def load_model(path, device='cpu', **overrides):
     return model.to(device).eval(), tokenizer, ckpt
 
 
-def load_for_eval(path, device, purpose, window=None, overrides=None):
-    """load_model for an eval script: a clear message (SystemExit) when the checkpoint cannot be
-    read or has no tokenizer (`purpose` needs the model's own). window: replaces the model's
-    sliding windows (an int for every layer, or a list), e.g. the paper's "SW" without CPT;
-    overrides: other model arguments that change no weight, e.g. YaRN (docs/methods.md)."""
-    overrides = {**(overrides or {}), **({} if window is None else {'window': window})}
-    hardware.check_device(device)
-    try:
-        model, tokenizer, ckpt = load_model(path, device, **overrides)
-    except TypeError as e:  # an argument the model does not have
-        raise SystemExit(f"cannot load {path} with overrides {overrides}: {e}")
-    except (OSError, RuntimeError, ValueError) as e:
-        raise SystemExit(f"cannot load {path}: {e}")
-    if tokenizer is None:
-        raise SystemExit(f"{path} has no tokenizer (tokenizer.json): {purpose} needs the model's "
-                         f"own tokenizer")
-    return model, tokenizer, ckpt
-
-
-def check_length(model, length, path):
-    """SystemExit if the model cannot take `length` tokens: learned absolute positions stop at
-    block_size."""
-    c = model.config
-    if getattr(c, 'pos_encoding', None) == 'learned' and length > c.block_size:
-        raise SystemExit(f"{path} has learned absolute positions for {c.block_size} tokens: it "
-                         f"cannot take {length}")
-
-
-def autocast(device, dtype):
-    """The eval scripts' precision: 'bfloat16' runs under autocast on the device's type, anything
-    else (float32) plain."""
-    if dtype != 'bfloat16':
-        return nullcontext()
-    return torch.autocast(device.split(':')[0], dtype=torch.bfloat16)
-
-
-def eval_setup(ckpt, device, dtype, purpose, window=None, length=None, overrides=None):
-    """The start-up every eval script shares: a SystemExit asking for --ckpt when it is empty, the
-    autocast of `dtype`, the model and its tokenizer (load_for_eval: purpose, window, overrides),
-    and, given a length, the check that the model can take it (check_length) -> (model, tokenizer,
-    checkpoint dict, autocast). device and dtype are the scripts' own (their defaults stay in
-    their config)."""
-    if not ckpt:
-        raise SystemExit("give a checkpoint: --ckpt=out/quickstart/ckpt_000488.pt (or a weights "
-                         "folder)")
-    context = autocast(device, dtype)
-    model, tokenizer, info = load_for_eval(ckpt, device, purpose, window, overrides)
-    if length is not None:
-        check_length(model, length, ckpt)
-    return model, tokenizer, info, context
-
-
-def digest(state):
-    """A fingerprint of a state dict (names, dtypes, shapes and bytes): which weights an evaluation
-    scored, so that its saved results are read back for these weights only."""
-    h = hashlib.blake2b(digest_size=12)
-    for name in sorted(state):
-        t = state[name].detach().cpu().contiguous().reshape(-1)
-        h.update(f"{name} {t.dtype} {t.numel()}".encode())
-        h.update(t.view(torch.uint8).numpy().data)
-    return h.hexdigest()
-
-
-def eval_settings(info, tool, **settings):
-    """What an eval script's predictions depend on: the weights (their digest), the tokenizer, the
-    script and its settings -> the dict ruler.Results keeps beside the results."""
-    return {'tool': tool, 'weights': digest(info['model']), 'tokenizer': info['tokenizer'],
-            **settings}
-
-
-def is_summary(path):
-    """Whether path is an eval script's JSON summary (its 'ckpt' or 'checkpoints' key)."""
-    try:
-        with open(path) as f:
-            found = json.load(f)
-    except (OSError, ValueError):
-        return False
-    return isinstance(found, dict) and bool({'ckpt', 'checkpoints'} & found.keys())
-
-
-def eval_outputs(out, tool, results=True, overwrite=False):
-    """check_output for an eval script's outputs, before anything is computed: out.json and out.png
-    (an earlier summary of ours is replaced: with results, the results file out.jsonl decides,
-    ruler.Results checking its settings; without, only with overwrite) and out.jsonl."""
-    check_output(out + '.json', overwrite or results, is_summary, tool)
-    check_output(out + '.png', overwrite or results, lambda p: is_summary(out + '.json'), tool)
-    if results:  # whose settings ruler.Results checks
-        check_output(out + '.jsonl', True, lambda p: True, tool)
-
-
 # -----------------------------------------------------------------------------
 # train.py's ways in (resume, continued pre-training) and its checkpoint pairs
 
@@ -486,108 +391,6 @@ def cpt_model_args(source_args, config, user_keys, source):
     return {**source_args, **{k: config[k] for k in RUNTIME if k in known}, **positions}
 
 
-# -----------------------------------------------------------------------------
-# checkpoint averaging (the paper's Tables 9, 10 and 12, Figure 6): checkpoint files or weights
-# folders read one at a time (memory-mapped), so memory stays at about two models
-
-IGNORED_CONFIG_KEYS = ('transformers_version', 'torch_dtype', 'dtype')  # bookkeeping in config.json
-
-
-def weight_files(path):
-    """The files that hold a checkpoint's weights: itself, or a folder's (sharded) weight files."""
-    if not os.path.isdir(path):
-        return [path]
-    names = sorted(os.listdir(path))
-    files = ([n for n in names if n.endswith('.safetensors')] or
-             [n for n in names if n.startswith('pytorch_model') and n.endswith('.bin')])
-    if not files:
-        raise ValueError(f"{path} has no *.safetensors or pytorch_model*.bin weights")
-    return [os.path.join(path, n) for n in files]
-
-
-def read(file):
-    """name -> tensor of one weight file, lazily (memory-mapped or read on access)."""
-    if file.endswith('.safetensors'):
-        from safetensors import safe_open
-        with safe_open(file, 'pt') as f:
-            for name in f.keys():
-                yield name, f.get_tensor(name)
-    else:
-        state = load(file)
-        yield from (state['model'] if file.endswith('.pt') else state).items()
-
-
-def shapes(file):
-    """name -> (shape, is float) of one weight file of a folder, without reading the weights."""
-    if file.endswith('.safetensors'):
-        from safetensors import safe_open
-        with safe_open(file, 'pt') as f:
-            return {n: (tuple(f.get_slice(n).get_shape()),
-                        f.get_slice(n).get_dtype().startswith(('F', 'BF'))) for n in f.keys()}
-    return {n: (tuple(t.shape), t.is_floating_point()) for n, t in read(file)}
-
-
-def describe(path):
-    """What averaged checkpoints must share, read without the weights: the architecture (model type
-    and arguments, or a folder's config.json) and name -> (shape, is float) of every tensor."""
-    if os.path.isdir(path):
-        with open(os.path.join(path, 'config.json')) as f:
-            config = json.load(f)
-        arch = {k: v for k, v in config.items()
-                if not k.startswith('_') and k not in IGNORED_CONFIG_KEYS}
-        return arch, {n: s for f in weight_files(path) for n, s in shapes(f).items()}
-    ckpt = load_any(path)  # memory-mapped: the tensors' pages are not read
-    return ({'model_type': ckpt['model_type'], **ckpt['model_args']},
-            {n: (tuple(t.shape), t.is_floating_point()) for n, t in ckpt['model'].items()})
-
-
-def check(paths):
-    """ValueError, naming the first difference, unless all checkpoints have one architecture and the
-    same tensors."""
-    if not paths:
-        raise ValueError("no checkpoints to average")
-    if len({os.path.isdir(p) for p in paths}) > 1:
-        raise ValueError("cannot average checkpoint files with weights folders")
-    ref_arch, ref_shapes = None, None
-    for path in paths:
-        arch, found = describe(path)
-        if ref_arch is None:
-            ref_arch, ref_shapes, first = arch, found, path
-            continue
-        diff = sorted((k for k in ref_arch.keys() | arch.keys() if ref_arch.get(k) != arch.get(k)),
-                      key=lambda k: (k != 'model_type', k))  # the model type first, if it differs
-        if diff:
-            what = ', '.join(f'{k} ({ref_arch.get(k)!r} vs {arch.get(k)!r})' for k in diff[:5])
-            raise ValueError(f"{path} and {first} differ in {what}")
-        if found.keys() != ref_shapes.keys():
-            odd = sorted(found.keys() ^ ref_shapes.keys())
-            raise ValueError(f"{path} and {first} hold different tensors: {', '.join(odd[:5])}")
-        bad = [n for n in found if found[n] != ref_shapes[n]]
-        if bad:
-            (shape, fp), (ref_shape, ref_fp) = found[bad[0]], ref_shapes[bad[0]]
-            raise ValueError(f"{path} and {first} differ in {bad[0]}: shape {shape} vs {ref_shape} "
-                             f"(float: {fp} vs {ref_fp})")
-
-
-def average(paths):
-    """The uniform average of the checkpoints' weights: name -> tensor in the newest's dtype."""
-    check(paths)
-    total, newest = {}, {}
-    for path in tqdm(paths, desc='averaging', unit='ckpt', disable=len(paths) < 3):
-        for file in weight_files(path):
-            for name, t in read(file):
-                if not t.is_floating_point():
-                    newest[name] = t  # the last checkpoint read is the newest
-                    continue
-                acc = torch.float64 if t.dtype in (torch.float32, torch.float64) else torch.float32
-                if name in total:
-                    total[name] += t.to(total[name].dtype)
-                else:
-                    total[name] = t.to(acc, copy=True)
-                newest[name] = t.dtype
-    return {n: (total[n] / len(paths)).to(newest[n]) if n in total else newest[n] for n in newest}
-
-
 def after_divergence(out_dir, it):
     """-> (the newest checkpoint of out_dir up to iteration it, or None; how to go on from there).
     Every checkpoint on disk was saved only after its own weights passed train.py's divergence
@@ -601,3 +404,104 @@ def after_divergence(out_dir, it):
                   f"from it with --init_from=resume --skip_steps={it - kept[-1] + 1} (skips the "
                   f"batches of iterations {kept[-1]}-{it}, which led here), or with a lower "
                   f"learning_rate or a longer warm-up.")
+
+
+# -----------------------------------------------------------------------------
+# a run's record: out_dir/log.jsonl, one JSON line per event (start, train, eval, diverged),
+# each whole or not at all, and with wandb_log the same numbers in Weights & Biases. Every
+# record names its session (0 for the first start, 1 after the first resume, ...), so the
+# steps that a resumed run repeats can be told from the ones before the interruption.
+
+# the keys that do not change what a run trains (a resume that changes only these replays it)
+NOT_TRAINING = ('init_from', 'halt_at', 'skip_steps', 'log_interval', 'eval_interval',
+                'ckpt_interval', 'keep_last', 'eval_iters', 'eval_lengths', 'eval_windows',
+                'task_eval_samples', 'wandb_log', 'wandb_project', 'wandb_run_name')
+
+
+class RunLog:
+    def __init__(self, out_dir, master=True, wandb_log=False):
+        self.out_dir, self.path = out_dir, os.path.join(out_dir, 'log.jsonl')
+        self.master, self.wandb = master, None
+        self.wandb_log, self.session = wandb_log, 0
+        if wandb_log:
+            try:
+                import wandb  # noqa: F401
+            except ImportError:
+                raise SystemExit("config error: wandb_log=True needs wandb: pip install wandb "
+                                 "(or no wandb_log)")
+
+    def records(self):
+        """Every record that reads; a line cut short by a kill during its write is passed over."""
+        records = []
+        for n, line in enumerate(open(self.path) if os.path.exists(self.path) else [], 1):
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                print(f"note: passing over line {n} of {self.path}, cut short by an interrupted "
+                      f"write", flush=True)
+        return records
+
+    def check_replay(self, start_iter, config, skipping):
+        """SystemExit if this resume would replay the divergence that ended the run's last session:
+        it starts before that iteration with the same training config and skips no batches."""
+        records = self.records()
+        last = records[-1] if records else {}
+        if last.get('event') != 'diverged' or skipping or last['iter'] <= start_iter:
+            return
+        before = last.get('config', {})
+        if all(before.get(k) == v for k, v in config.items() if k not in NOT_TRAINING):
+            replayed, skip = last['iter'], last['iter'] - start_iter + 1
+            raise SystemExit(f"this resume from iteration {start_iter} would replay the divergence "
+                             f"at iteration {replayed} (the same config, the same batches): skip "
+                             f"the batches that led to it with --skip_steps={skip}, or change "
+                             f"the training (e.g. a lower learning_rate); --skip_steps=0 replays "
+                             f"it all the same")
+
+    def start(self, it, config, project, name):
+        """This session's number, its wandb run (a resumed run continues the wandb run whose id is
+        kept in out_dir), and its start record."""
+        if not self.master:
+            return
+        if os.path.exists(self.path):  # counted by text: a line cut short by a kill still counts
+            self.session = sum(1 for line in open(self.path) if '"event": "start"' in line)
+            with open(self.path, 'rb+') as f:  # a cut last line is ended: the next starts anew
+                end = f.seek(0, os.SEEK_END)
+                f.seek(max(end - 1, 0))
+                if end and f.read(1) != b'\n':
+                    f.write(b'\n')
+        if self.wandb_log:
+            import wandb
+            id_file = os.path.join(self.out_dir, 'wandb_id')
+            run_id = uuid.uuid4().hex[:8]  # a new wandb run, or the one of out_dir
+            if os.path.exists(id_file):
+                run_id = open(id_file).read().strip()
+            name = name or os.path.basename(os.path.abspath(self.out_dir))
+            wandb.init(project=project, name=name, config=config, dir=self.out_dir, id=run_id,
+                       resume='allow')
+            with open(id_file, 'w') as f:
+                f.write(run_id)
+            self.wandb = wandb
+        self({'event': 'start', 'iter': it, 'config': config})
+
+    def __call__(self, record):
+        """Append one line, whole or not at all (a full disk: a warning, the run goes on); with
+        wandb, its numbers too (position_loss/128-256, accuracy/64, ...)."""
+        if not self.master:
+            return
+        if self.wandb and record['event'] in ('train', 'eval'):
+            flat = {f"{k}/{band}" if isinstance(v, dict) else k: x
+                    for k, v in record.items() if k not in ('event', 'iter')
+                    for band, x in (v.items() if isinstance(v, dict) else [(None, v)])
+                    if isinstance(x, (int, float))}
+            self.wandb.log(flat, step=record['iter'])
+        line = (json.dumps({**record, 'session': self.session}) + '\n').encode()
+        size = os.path.getsize(self.path) if os.path.exists(self.path) else 0
+        try:
+            with open(self.path, 'ab') as f:
+                f.write(line)
+                f.flush()
+        except OSError as e:
+            with open(self.path, 'ab') as f:
+                f.truncate(size)
+            print(f"warning: could not write to {self.path} ({e}); the record of iteration "
+                  f"{record.get('iter')} is lost", flush=True)

@@ -20,9 +20,9 @@ from typing import Literal
 
 import torch
 
-import checkpoint
 from configurator import configure
-from measures import length_bands, loss_curve, moving_average
+from measures import (autocast, check_length, eval_outputs, length_bands, load_for_eval, loss_curve,
+                      moving_average)
 from tokens import TokenData, same_tokenizer
 
 # -------------------------------------------------------------------------
@@ -48,13 +48,13 @@ globals().update(configure(globals(), sys.argv[1:], limits=LIMITS))
 ckpts = [ckpt] if isinstance(ckpt, str) else ckpt
 if not ckpts or not ckpts[0]:
     raise SystemExit("give a checkpoint: --ckpt=out/quickstart/ckpt_000488.pt, or a list of them")
-autocast = checkpoint.autocast(device, dtype)
+precision = autocast(device, dtype)
 out = out or ckpts[0].removesuffix('.pt').rstrip('/') + '_loss'
-checkpoint.eval_outputs(out, 'eval_loss.py', results=False, overwrite=overwrite)
+eval_outputs(out, 'eval_loss.py', results=False, overwrite=overwrite)
 
 results, data = {}, None
 for path in ckpts:
-    model, tokenizer, info = checkpoint.load_for_eval(path, device, 'the per-position loss', window,
+    model, tokenizer, info = load_for_eval(path, device, 'the per-position loss', window,
                                                       overrides)
     trained_on = train_length or info.get('config', {}).get('block_size', 0)
     if not trained_on:
@@ -75,8 +75,8 @@ for path in ckpts:
     if not same_tokenizer(info['tokenizer'], data.meta['tokenizer']):
         raise SystemExit(f"{path} uses tokenizer {info['tokenizer']}, {data_dir} is tokenized with "
                          f"{data.meta['tokenizer']}")
-    checkpoint.check_length(model, max_length, path)
-    total, n = loss_curve(model, windows, chunk_size, device, autocast)
+    check_length(model, max_length, path)
+    total, n = loss_curve(model, windows, chunk_size, device, precision)
     curve = (total / n).cpu()
     results[path] = {'step': info['step'], 'train_length': trained_on,
                      'bands': length_bands(curve, trained_on),

@@ -45,7 +45,7 @@ def heatmap(path, heat, lengths, depths, title):
 
 
 if __name__ == '__main__':
-    import checkpoint
+    import measures
     from configurator import configure
 
     # -------------------------------------------------------------------------
@@ -66,11 +66,11 @@ if __name__ == '__main__':
     LIMITS = {'lengths': (1, None), 'samples': (1, None), 'depths': (0, 100, []),
               'depth_samples': (0, None), 'seed': (0, None), 'chunk_size': (1, None)}
     globals().update(configure(globals(), sys.argv[1:], limits=LIMITS))
-    model, tokenizer, info, autocast = checkpoint.eval_setup(ckpt, device, dtype, 'NIAH', window,
+    model, tokenizer, info, autocast = measures.eval_setup(ckpt, device, dtype, 'NIAH', window,
                                                              max(lengths), overrides)
     out = out or ckpt.removesuffix('.pt').rstrip('/') + '_niah'
-    checkpoint.eval_outputs(out, 'eval_niah.py')
-    settings = checkpoint.eval_settings(info, 'eval_niah.py', window=window, overrides=overrides,
+    measures.eval_outputs(out, 'eval_niah.py')
+    settings = measures.eval_settings(info, 'eval_niah.py', window=window, overrides=overrides,
                                         seed=seed, dtype=dtype, chunk_size=chunk_size)
     results = ruler.Results(out + '.jsonl', settings, overwrite)  # read back under these only
 

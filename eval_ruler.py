@@ -32,7 +32,7 @@ import ruler
 
 
 if __name__ == '__main__':
-    import checkpoint
+    import measures
     from configurator import configure
 
     # -------------------------------------------------------------------------
@@ -56,11 +56,11 @@ if __name__ == '__main__':
               'chunk_size': (1, None)}  # configurator.check_limits
     globals().update(configure(globals(), sys.argv[1:], limits=LIMITS))
     names = ruler.task_list(tasks)
-    model, tokenizer, info, autocast = checkpoint.eval_setup(ckpt, device, dtype, 'RULER', window,
+    model, tokenizer, info, autocast = measures.eval_setup(ckpt, device, dtype, 'RULER', window,
                                                              max(lengths), overrides)
     out = out or ckpt.removesuffix('.pt').rstrip('/') + '_ruler'
-    checkpoint.eval_outputs(out, 'eval_ruler.py')
-    settings = checkpoint.eval_settings(info, 'eval_ruler.py', window=window, overrides=overrides,
+    measures.eval_outputs(out, 'eval_ruler.py')
+    settings = measures.eval_settings(info, 'eval_ruler.py', window=window, overrides=overrides,
                                         seed=seed, dtype=dtype, chunk_size=chunk_size, essay=essay,
                                         squad=squad, hotpotqa=hotpotqa)
     results = ruler.Results(out + '.jsonl', settings, overwrite)  # read back under these only

@@ -1,10 +1,15 @@
 """
-The measures of a trained model, shared by the scripts that report them (eval_loss.py,
-tools/probe_variance.py, train.py's evaluation, tools/study.py): per-position cross-entropy and its length
-bands, the entropy of attention by query position, and the pre-activation variance mismatch of
-the paper's Figure 3 with its pre-norm view. Functions of a model and a batch; no files, no plots.
+What the evaluations share. An eval script's start-up (eval_setup: a checkpoint loaded for it,
+its precision, the length it can take) and the check of its outputs before anything is computed
+(eval_outputs, eval_settings). Then the measures of a trained model, shared by the scripts that
+report them (eval_loss.py, tools/probe_variance.py, train.py's evaluation, tools/study.py):
+per-position cross-entropy and its length bands, the entropy of attention by query position, and
+the pre-activation variance mismatch of the paper's Figure 3 with its pre-norm view: functions of
+a model and a batch, no files, no plots.
 """
 
+import hashlib
+import json
 import re
 from contextlib import nullcontext
 
@@ -12,15 +17,112 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import checkpoint
+import hardware
 from dropout import Dropout, variance_error
 from tasks import LENGTHS, correct_answers
 from tokens import VAL, batch_rng
 
 # -----------------------------------------------------------------------------
+# An eval script's start-up and outputs
+
+def load_for_eval(path, device, purpose, window=None, overrides=None):
+    """load_model for an eval script: a clear message (SystemExit) when the checkpoint cannot be
+    read or has no tokenizer (`purpose` needs the model's own). window: replaces the model's
+    sliding windows (an int for every layer, or a list), e.g. the paper's "SW" without CPT;
+    overrides: other model arguments that change no weight, e.g. YaRN (docs/methods.md)."""
+    overrides = {**(overrides or {}), **({} if window is None else {'window': window})}
+    hardware.check_device(device)
+    try:
+        model, tokenizer, ckpt = checkpoint.load_model(path, device, **overrides)
+    except TypeError as e:  # an argument the model does not have
+        raise SystemExit(f"cannot load {path} with overrides {overrides}: {e}")
+    except (OSError, RuntimeError, ValueError) as e:
+        raise SystemExit(f"cannot load {path}: {e}")
+    if tokenizer is None:
+        raise SystemExit(f"{path} has no tokenizer (tokenizer.json): {purpose} needs the model's "
+                         f"own tokenizer")
+    return model, tokenizer, ckpt
+
+
+def check_length(model, length, path):
+    """SystemExit if the model cannot take `length` tokens: learned absolute positions stop at
+    block_size."""
+    c = model.config
+    if getattr(c, 'pos_encoding', None) == 'learned' and length > c.block_size:
+        raise SystemExit(f"{path} has learned absolute positions for {c.block_size} tokens: it "
+                         f"cannot take {length}")
+
+
+def autocast(device, dtype):
+    """The eval scripts' precision: 'bfloat16' runs under autocast on the device's type, anything
+    else (float32) plain."""
+    if dtype != 'bfloat16':
+        return nullcontext()
+    return torch.autocast(device.split(':')[0], dtype=torch.bfloat16)
+
+
+def eval_setup(ckpt, device, dtype, purpose, window=None, length=None, overrides=None):
+    """The start-up every eval script shares: a SystemExit asking for --ckpt when it is empty, the
+    autocast of `dtype`, the model and its tokenizer (load_for_eval: purpose, window, overrides),
+    and, given a length, the check that the model can take it (check_length) -> (model, tokenizer,
+    checkpoint dict, autocast). device and dtype are the scripts' own (their defaults stay in
+    their config)."""
+    if not ckpt:
+        raise SystemExit("give a checkpoint: --ckpt=out/quickstart/ckpt_000488.pt (or a weights "
+                         "folder)")
+    context = autocast(device, dtype)
+    model, tokenizer, info = load_for_eval(ckpt, device, purpose, window, overrides)
+    if length is not None:
+        check_length(model, length, ckpt)
+    return model, tokenizer, info, context
+
+
+def digest(state):
+    """A fingerprint of a state dict (names, dtypes, shapes and bytes): which weights an evaluation
+    scored, so that its saved results are read back for these weights only."""
+    h = hashlib.blake2b(digest_size=12)
+    for name in sorted(state):
+        t = state[name].detach().cpu().contiguous().reshape(-1)
+        h.update(f"{name} {t.dtype} {t.numel()}".encode())
+        h.update(t.view(torch.uint8).numpy().data)
+    return h.hexdigest()
+
+
+def eval_settings(info, tool, **settings):
+    """What an eval script's predictions depend on: the weights (their digest), the tokenizer, the
+    script and its settings -> the dict ruler.Results keeps beside the results."""
+    return {'tool': tool, 'weights': digest(info['model']), 'tokenizer': info['tokenizer'],
+            **settings}
+
+
+def is_summary(path):
+    """Whether path is an eval script's JSON summary (its 'ckpt' or 'checkpoints' key)."""
+    try:
+        with open(path) as f:
+            found = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return isinstance(found, dict) and bool({'ckpt', 'checkpoints'} & found.keys())
+
+
+def eval_outputs(out, tool, results=True, overwrite=False):
+    """check_output for an eval script's outputs, before anything is computed: out.json and out.png
+    (an earlier summary of ours is replaced: with results, the results file out.jsonl decides,
+    ruler.Results checking its settings; without, only with overwrite) and out.jsonl."""
+    checkpoint.check_output(out + '.json', overwrite or results, is_summary, tool)
+    checkpoint.check_output(out + '.png', overwrite or results,
+                            lambda p: is_summary(out + '.json'), tool)
+    if results:  # whose settings ruler.Results checks
+        checkpoint.check_output(out + '.jsonl', True, lambda p: True, tool)
+
+
+# -----------------------------------------------------------------------------
 # Per-position cross-entropy (Figures 1, 4 and 6)
 
 def loss_curve(model, windows, chunk_size, device, autocast=nullcontext()):
-    """Summed cross-entropy per position over windows (n, T+1) -> (T,), and the number of windows."""
+    """Summed cross-entropy per position over windows (n, T+1) -> (T,), and the number of
+    windows."""
     curve = torch.zeros(windows.size(1) - 1, device=device)
     for w in windows:
         w = w[None].to(device)
@@ -29,10 +131,11 @@ def loss_curve(model, windows, chunk_size, device, autocast=nullcontext()):
     return curve, len(windows)
 
 
-def val_loss(model, data, n, batch_size, block_size, seed, device, autocast=nullcontext(), rank=0, world=1,
-             reduce=lambda t: t):
+def val_loss(model, data, n, batch_size, block_size, seed, device, autocast=nullcontext(),
+             rank=0, world=1, reduce=lambda t: t):
     """train.py's loss at the training length: the mean over the validation batches 0..n-1 (the VAL
-    stream of batch_rng: the same ones at every evaluation), this process taking batches rank::world."""
+    stream of batch_rng: the same ones at every evaluation), this process taking batches
+    rank::world."""
     tally = torch.zeros(2, device=device)  # loss sum, count
     for i in range(rank, n, world):
         x, y = data.batch(batch_size, block_size, batch_rng(seed, VAL, i))
@@ -43,8 +146,8 @@ def val_loss(model, data, n, batch_size, block_size, seed, device, autocast=null
     return {'val_loss': (tally[0] / tally[1]).item()}
 
 
-def position_loss(model, data, lengths, n_windows, chunk_size, device, autocast=nullcontext(), rank=0, world=1,
-                  reduce=lambda t: t):
+def position_loss(model, data, lengths, n_windows, chunk_size, device, autocast=nullcontext(),
+                  rank=0, world=1, reduce=lambda t: t):
     """train.py's measure beyond the training length: the mean per-position loss in doubling bands
     of lengths, (L1/2, L1], (L1, L2], ..., over n_windows validation windows that start at document
     starts, this process taking windows rank::world and reduce() summing over the processes.
@@ -53,12 +156,14 @@ def position_loss(model, data, lengths, n_windows, chunk_size, device, autocast=
     if windows is None:
         return {}
     total, n = loss_curve(model, windows[rank::world], chunk_size, device, autocast)
-    total = reduce(torch.cat([total, torch.tensor([float(n)], device=device)]))  # per position, then the count
+    # per position, then the count
+    total = reduce(torch.cat([total, torch.tensor([float(n)], device=device)]))
     edges = [min(lengths) // 2] + sorted(lengths)
     return {'position_loss': band_means(total[:-1] / total[-1], edges), 'windows': len(windows)}
 
 
-def task_accuracy(task, model, lengths, n, seed, device, autocast=nullcontext(), rank=0, world=1, reduce=lambda t: t):
+def task_accuracy(task, model, lengths, n, seed, device, autocast=nullcontext(), rank=0, world=1,
+                  reduce=lambda t: t):
     """The exact-match accuracy of greedy answers (copies, needle values) by length, and the
     fraction of answer tokens that are right (tasks.correct_answers), shared among processes."""
     with autocast:
@@ -72,7 +177,8 @@ def eval_line(it, result, task):
     """train.py's line for one evaluation."""
     bands = '  '.join(f"{k}: {v:.4f}" for k, v in result.get('position_loss', {}).items())
     answers = '  '.join(f"{k}: {v:.2f}" for k, v in result.get('accuracy', {}).items())
-    return (f"iter {it}: val loss {result['val_loss']:.4f}" + (f" | per-position loss {bands}" if bands else "")
+    return (f"iter {it}: val loss {result['val_loss']:.4f}"
+            + (f" | per-position loss {bands}" if bands else "")
             + (f" | {task} accuracy by length {answers}" if answers else ""))
 
 
@@ -82,18 +188,21 @@ def report(result, it, c):
     if 'position_loss' in result:
         bands = result['position_loss']
         base = next(iter(bands.values()))
-        what = (f"\nper-position validation loss (nats/token) of {c['out_dir']} at iteration {it}, trained on "
-                f"{c['block_size']} tokens ({result['windows']} windows of {max(c['eval_lengths'])}):")
-        return '\n'.join([what, f"{'positions':>12}" + ''.join(f"{k:>12}" for k in bands),
-                          f"{'loss':>12}" + ''.join(f"{v:>12.4f}" for v in bands.values()),
-                          f"{'vs first':>12}" + ''.join(f"{v - base:>+12.4f}" for v in bands.values())])
+        what = (f"\nper-position validation loss (nats/token) of {c['out_dir']} at iteration "
+                f"{it}, trained on {c['block_size']} tokens ({result['windows']} windows of "
+                f"{max(c['eval_lengths'])}):")
+        row = lambda name, cells: f"{name:>12}" + ''.join(cells)  # noqa: E731
+        return '\n'.join([what, row('positions', (f"{k:>12}" for k in bands)),
+                          row('loss', (f"{v:>12.4f}" for v in bands.values())),
+                          row('vs first', (f"{v - base:>+12.4f}" for v in bands.values()))])
     what = (f"\n{c['task']} accuracy of {c['out_dir']} at iteration {it}, trained on "
             f"{LENGTHS[c['task']]} {c['task_min_len']}-{c['task_max_len']} "
-            f"({c['task_eval_samples']} held-out samples per length): exact-match answers, and the fraction of "
-            f"right tokens")
-    return '\n'.join([what, f"{'length':>10}" + ''.join(f"{k:>8}" for k in result['accuracy']),
-                      f"{'exact':>10}" + ''.join(f"{v:>8.2f}" for v in result['accuracy'].values()),
-                      f"{'tokens':>10}" + ''.join(f"{v:>8.2f}" for v in result['token_accuracy'].values())])
+            f"({c['task_eval_samples']} held-out samples per length): exact-match answers, and "
+            f"the fraction of right tokens")
+    row = lambda name, cells: f"{name:>10}" + ''.join(cells)  # noqa: E731
+    return '\n'.join([what, row('length', (f"{k:>8}" for k in result['accuracy'])),
+                      row('exact', (f"{v:>8.2f}" for v in result['accuracy'].values())),
+                      row('tokens', (f"{v:>8.2f}" for v in result['token_accuracy'].values()))])
 
 
 def band_means(curve, edges):
@@ -102,7 +211,8 @@ def band_means(curve, edges):
 
 
 def length_bands(curve, train_length):
-    """Mean loss inside the training length L, then over 1-2x, 2-4x, ... of it: {'<=1x': ..., '1-2x': ...}."""
+    """Mean loss inside the training length L, then over 1-2x, 2-4x, ... of it:
+    {'<=1x': ..., '1-2x': ...}."""
     edges = [0, train_length]
     while edges[-1] < len(curve):
         edges.append(min(2 * edges[-1], len(curve)))
@@ -129,7 +239,8 @@ def attention_entropy(net, windows):
     blocks = [block.attn for block in net.layers]
     rows = [[] for _ in blocks]  # per layer: (H, rows) per slice of queries, window after window
     for attn, out in zip(blocks, rows):
-        attn.record = lambda p, out=out: out.append(-torch.special.xlogy(p, p).sum(-1).sum(0))  # (H, rows)
+        # (H, rows): -sum_j p_ij log p_ij, summed over the batch
+        attn.record = lambda p, out=out: out.append(-torch.special.xlogy(p, p).sum(-1).sum(0))
     try:
         for w in windows:
             net.hidden(w[None, :-1])
@@ -137,7 +248,8 @@ def attention_entropy(net, windows):
         for attn in blocks:
             attn.record = None
     n = len(rows[0]) // len(windows)  # slices of queries per window
-    per_layer = [sum(torch.cat(out[i:i + n], 1) for i in range(0, len(out), n)) for out in rows]  # (H, T) each
+    # (H, T) each: a window's slices side by side, summed over windows
+    per_layer = [sum(torch.cat(out[i:i + n], 1) for i in range(0, len(out), n)) for out in rows]
     return torch.stack(per_layer) / len(windows)  # (L, H, T)
 
 
@@ -152,21 +264,23 @@ def _layer(name):
     return int(parts[i + 1]), '.'.join(parts[i + 2:])
 
 
-PROJECTIONS = ('q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj', 'in_proj', 'out_proj')
+PROJECTIONS = ('q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj',
+               'in_proj', 'out_proj')
 
 
 def projections(model):
     """(name, nn.Linear) of every projection whose input passes a pre-linear site (model.py's
     Attention and MLP, mamba.py's Mixer; ASEntmax's scale_proj has none)."""
-    return [(n, m) for n, m in model.named_modules() if n.rsplit('.', 1)[-1] in PROJECTIONS and isinstance(m, nn.Linear)]
+    return [(n, m) for n, m in model.named_modules()
+            if n.rsplit('.', 1)[-1] in PROJECTIONS and isinstance(m, nn.Linear)]
 
 
 @torch.no_grad()
 def variance_mismatch(model, idx, op=None):
-    """For every projection W with a pre-linear site (PROJECTIONS) of `model` on the batch idx (B, T): the
-    pre-activation y = W x in eval mode, and y' = W op(x) on the same input x with the site's
-    train-mode operator (its own, or `op`, e.g. VPAD(0.1)). One row per projection: the signed
-    relative error (Var[y'] - Var[y]) / Var[y], Var over all elements as in Fig. 3, and
+    """For every projection W with a pre-linear site (PROJECTIONS) of `model` on the batch idx
+    (B, T): the pre-activation y = W x in eval mode, and y' = W op(x) on the same input x with the
+    site's train-mode operator (its own, or `op`, e.g. VPAD(0.1)). One row per projection: the
+    signed relative error (Var[y'] - Var[y]) / Var[y], Var over all elements as in Fig. 3, and
     r = sum_ij W_ij^2 x_j^2 / ||W x||^2 (summed over tokens) with what r predicts in expectation
     over the mask (dropout.py's docstring): PL-D p/(1-p) * r, VPAD p * (r - 1)."""
     rows, hooks = [], []
@@ -174,24 +288,28 @@ def variance_mismatch(model, idx, op=None):
     def record(name, module, x, own_site):
         site = op or own_site
         if isinstance(site, nn.Identity):
-            raise ValueError(f"{name} has no pre-linear dropout (the model was trained without): give an operator")
+            raise ValueError(f"{name} has no pre-linear dropout (the model was trained without): "
+                             f"give an operator")
         was = site.training
         site.train()
         x = x[0]  # (B, T, d_in)
-        y, y_train = F.linear(x, module.weight, module.bias), F.linear(site(x), module.weight, module.bias)
+        y = F.linear(x, module.weight, module.bias)
+        y_train = F.linear(site(x), module.weight, module.bias)
         site.train(was)
         var, var_train = y.float().var().item(), y_train.float().var().item()
         x, w = x.float(), module.weight.float()
-        r = (F.linear(x * x, w * w).sum() / F.linear(x, w).pow(2).sum()).item()  # sum_ij W_ij^2 x_j^2 / ||W x||^2
+        # r = sum_ij W_ij^2 x_j^2 / ||W x||^2
+        r = (F.linear(x * x, w * w).sum() / F.linear(x, w).pow(2).sum()).item()
         layer, matrix = _layer(name)
-        rows.append({'name': name, 'layer': layer, 'matrix': matrix, 'var_eval': var, 'var_train': var_train,
-                     'rel_err': (var_train - var) / var, 'r': r,
+        rows.append({'name': name, 'layer': layer, 'matrix': matrix, 'var_eval': var,
+                     'var_train': var_train, 'rel_err': (var_train - var) / var, 'r': r,
                      'predicted_pre_linear': variance_error('pre_linear', site.p, r),
                      'predicted_vpad': variance_error('vpad', site.p, r)})
 
     for name, module in projections(model):
         site = model.get_submodule(name.rsplit('.', 1)[0]).pre_linear  # the sublayer's own site
-        hooks.append(module.register_forward_pre_hook(lambda m, x, name=name, site=site: record(name, m, x, site)))
+        hook = lambda m, x, name=name, site=site: record(name, m, x, site)  # noqa: E731
+        hooks.append(module.register_forward_pre_hook(hook))
     was = model.training
     try:
         model.eval()
@@ -210,9 +328,11 @@ def pre_norm_drift(model, idx, p):
     nothing else. One row per norm: the mean over tokens of the cosine between the two. Dropout
     upstream reaches every later norm (Eq. 6), so the drift accumulates with depth."""
     out, hooks = {}, []
-    norms = [(n, m) for n, m in model.named_modules() if re.fullmatch(r'layers\.\d+\.norm\d?', n)]  # not Mamba2's gated norm
+    # the norms that read the residual stream, not Mamba2's gated norm
+    norms = [(n, m) for n, m in model.named_modules() if re.fullmatch(r'layers\.\d+\.norm\d?', n)]
     for name, module in norms:
-        hooks.append(module.register_forward_hook(lambda m, x, y, name=name: out.setdefault(name, []).append(y.float())))
+        hook = lambda m, x, y, name=name: out.setdefault(name, []).append(y.float())  # noqa: E731
+        hooks.append(module.register_forward_hook(hook))
     sites = [(block, block.pre_norm) for block in model.layers]
     was = model.training
     try:

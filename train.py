@@ -27,11 +27,9 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import checkpoint
 import hardware
-import processes
 import tasks
 from configurator import configure
 from measures import eval_line, position_loss, report, task_accuracy, val_loss
-from runlog import RunLog
 from tokens import TRAIN, batch_rng, micro_batches, training_data
 
 # -----------------------------------------------------------------------------
@@ -146,7 +144,7 @@ check_config()
 
 # the processes: one per GPU under torchrun (NCCL), or per CPU process (gloo); or just this one
 distributed = 'RANK' in os.environ
-rank, world, device = processes.start(device)  # device 'auto': cuda, mps, else cpu
+rank, world, device = hardware.start(device)  # device 'auto': cuda, mps, else cpu
 master = rank == 0
 sharded = distributed and parallel == 'fsdp'
 # evaluation is split among DDP processes; FSDP's must all run every forward, so each does it all
@@ -209,7 +207,7 @@ if init_from == 'scratch':  # the model's own checks (sizes, dropout), before ou
     except ValueError as e:
         raise SystemExit(f"config error: {e}")
 start_iter, ckpt, optim_state, cpt_from, skips = 0, None, None, None, []
-log = RunLog(out_dir, master, wandb_log)  # log.jsonl (and wandb): runlog.py
+log = checkpoint.RunLog(out_dir, master, wandb_log)  # log.jsonl (and wandb)
 # one writer per out_dir, for the life of this process, from before anything in it is read (two runs
 # started together on a new folder: one of them trains); a run refused from here on leaves no trace
 lock = checkpoint.lock(out_dir) if master else None
@@ -264,7 +262,7 @@ if activation_checkpointing:  # the backward recomputes each block, replaying it
         block.forward = functools.partial(torch.utils.checkpoint.checkpoint, block.forward,
                                           use_reentrant=False)
 if sharded:  # FSDP2: each block's weights, gradients and optimizer state sharded over the processes
-    processes.wrap(model, device_type, bf16)
+    hardware.shard(model, device_type, bf16)
 say(memory)
 
 # AdamW: matrices decayed; norms, biases, embeddings (and parameters marked _no_weight_decay) not
@@ -281,7 +279,7 @@ optimizer = torch.optim.AdamW([{'params': decay, 'weight_decay': weight_decay},
                               lr=learning_rate, betas=(beta1, beta2), fused=device_type == 'cuda')
 if init_from == 'resume':
     if sharded:  # each process takes its shards of the whole state
-        processes.load_optimizer(model, optimizer, optim_state)
+        hardware.load_optimizer(model, optimizer, optim_state)
     else:
         optimizer.load_state_dict(optim_state)
     del optim_state
@@ -402,8 +400,8 @@ def check_divergence(it, loss, grad_norm=0.0):
 def save_checkpoint(it):
     """The weights of iteration it, checked by check_divergence() but not yet stepped, and the
     optimizer state beside them (checkpoint.save_pair: atomic, the newest keep_last kept)."""
-    state = processes.model_state(raw_model) if sharded else raw_model.state_dict()  # FSDP: whole
-    optim = processes.optimizer_state(raw_model, optimizer) if sharded else optimizer.state_dict()
+    state = hardware.model_state(raw_model) if sharded else raw_model.state_dict()  # FSDP: whole
+    optim = hardware.optimizer_state(raw_model, optimizer) if sharded else optimizer.state_dict()
     if master:
         optim = {'optimizer': optim, 'step': it, 'sharded': sharded}  # optim_{it}.pt
         checkpoint.save_pair(out_dir, it, keep_last, optim, {
@@ -432,7 +430,7 @@ while True:
     if it % eval_interval == 0 or last:
         result = evaluate()  # under "evaluation" above
         say(eval_line(it, result, task))
-        log({'event': 'eval', 'iter': it, **result})  # log: a runlog.RunLog, made with the model
+        log({'event': 'eval', 'iter': it, **result})  # log: checkpoint.RunLog
     if last or halt:  # the weights to save have had no training forward yet: check them first
         check_divergence(it, forward_backward(it, backward=False))  # under "one training step"
         save_checkpoint(it)
@@ -469,4 +467,4 @@ while True:
 if last and ('position_loss' in result or 'accuracy' in result):
     say(report(result, it, config))  # the final table: measures.report
 if distributed:
-    processes.finish()
+    hardware.finish()

@@ -10,6 +10,7 @@ from dataclasses import asdict
 import pytest
 import torch
 
+import average_ckpts
 import checkpoint
 from conftest import ROOT
 from mamba import Mamba2, Mamba2Config
@@ -39,7 +40,7 @@ def run(*args):
 def test_mean_of_two_is_exact(tmp_path, dtype):
     a = write_ckpt(tmp_path / 'a.pt', 1, dtype=dtype)
     b = write_ckpt(tmp_path / 'b.pt', 2, dtype=dtype)
-    avg = checkpoint.average([str(tmp_path / 'a.pt'), str(tmp_path / 'b.pt')])
+    avg = average_ckpts.average([str(tmp_path / 'a.pt'), str(tmp_path / 'b.pt')])
     assert avg.keys() == a.keys()
     for k in a:  # the correctly rounded mean, in the stored dtype
         assert avg[k].dtype == dtype and torch.equal(avg[k], ((a[k].double() + b[k].double()) / 2).to(dtype)), k
@@ -49,7 +50,7 @@ def test_mean_of_two_is_exact(tmp_path, dtype):
 @pytest.mark.parametrize('K', [1, 3, 10])
 def test_one_checkpoint_K_times_is_the_identity(tmp_path, dtype, K):
     a = write_ckpt(tmp_path / 'a.pt', 1, dtype=dtype)
-    avg = checkpoint.average([str(tmp_path / 'a.pt')] * K)
+    avg = average_ckpts.average([str(tmp_path / 'a.pt')] * K)
     assert all(torch.equal(avg[k], a[k]) for k in a)
 
 
@@ -61,7 +62,7 @@ def test_mean_of_many_and_non_float_tensors_from_the_newest(tmp_path):
         ckpt['model'] = {**ckpt['model'], 'counter': torch.tensor([i, 10 * i])}  # a non-float buffer
         checkpoint.save(ckpt, str(tmp_path / f'{i}.pt'))
         paths.append(str(tmp_path / f'{i}.pt'))
-    avg = checkpoint.average(paths)
+    avg = average_ckpts.average(paths)
     assert torch.equal(avg['counter'], torch.tensor([3, 30]))
     for k in states[0]:
         assert torch.allclose(avg[k], torch.stack([s[k] for s in states]).mean(0), atol=1e-7)
@@ -127,18 +128,18 @@ def test_mismatches_raise_and_write_nothing(tmp_path):
     write_ckpt(tmp_path / 'wide.pt', 2, n_embd=32)
     write_ckpt(tmp_path / 'm.pt', 3, 'mamba2')
     with pytest.raises(ValueError, match='n_embd'):
-        checkpoint.average([str(tmp_path / 'a.pt'), str(tmp_path / 'wide.pt')])
+        average_ckpts.average([str(tmp_path / 'a.pt'), str(tmp_path / 'wide.pt')])
     with pytest.raises(ValueError, match='model_type'):
-        checkpoint.average([str(tmp_path / 'a.pt'), str(tmp_path / 'm.pt')])
+        average_ckpts.average([str(tmp_path / 'a.pt'), str(tmp_path / 'm.pt')])
     ckpt = dict(checkpoint.load(str(tmp_path / 'a.pt')))
     ckpt['model'] = {k: v for k, v in ckpt['model'].items() if k != 'lm_head.weight'}
     checkpoint.save(ckpt, str(tmp_path / 'missing.pt'))
     with pytest.raises(ValueError, match='lm_head.weight'):
-        checkpoint.average([str(tmp_path / 'a.pt'), str(tmp_path / 'missing.pt')])
+        average_ckpts.average([str(tmp_path / 'a.pt'), str(tmp_path / 'missing.pt')])
     ckpt['model'] = {**ckpt['model'], 'lm_head.weight': torch.zeros(260, 8)}
     checkpoint.save(ckpt, str(tmp_path / 'shape.pt'))
     with pytest.raises(ValueError, match='shape'):
-        checkpoint.average([str(tmp_path / 'a.pt'), str(tmp_path / 'shape.pt')])
+        average_ckpts.average([str(tmp_path / 'a.pt'), str(tmp_path / 'shape.pt')])
     r = run(f"--ckpts=['{tmp_path}/a.pt', '{tmp_path}/wide.pt']", f'--out={tmp_path}/avg.pt')
     assert r.returncode != 0 and 'nothing written' in r.stderr and 'n_embd' in r.stderr
     # fewer checkpoints than asked for

@@ -31,7 +31,7 @@ import ruler
 
 
 if __name__ == '__main__':
-    import checkpoint
+    import measures
     from configurator import configure
 
     # -------------------------------------------------------------------------
@@ -53,11 +53,11 @@ if __name__ == '__main__':
               'chunk_size': (1, None)}  # configurator.check_limits
     globals().update(configure(globals(), sys.argv[1:], limits=LIMITS))
     names = helmet.task_list(tasks)
-    model, tokenizer, info, autocast = checkpoint.eval_setup(ckpt, device, dtype, 'HELMET recall', window, max(lengths),
+    model, tokenizer, info, autocast = measures.eval_setup(ckpt, device, dtype, 'HELMET recall', window, max(lengths),
                                                              overrides)
     out = out or ckpt.removesuffix('.pt').rstrip('/') + '_helmet'
-    checkpoint.eval_outputs(out, 'tools/eval_helmet.py')
-    settings = checkpoint.eval_settings(info, 'tools/eval_helmet.py', window=window, overrides=overrides,
+    measures.eval_outputs(out, 'tools/eval_helmet.py')
+    settings = measures.eval_settings(info, 'tools/eval_helmet.py', window=window, overrides=overrides,
                                         seed=seed, dtype=dtype, chunk_size=chunk_size, essay=essay)
     results = ruler.Results(out + '.jsonl', settings, overwrite)  # read back under these only
 

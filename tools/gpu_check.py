@@ -38,7 +38,6 @@ import torch.nn.functional as F
 from tools import timing
 import checkpoint
 import dropout as dropout_py
-import processes
 import hardware
 import mamba
 import attention as attention_py
@@ -344,7 +343,7 @@ def _():
         ref = build('transformer', a).train()
         for block in m.layers:  # as train.py does: the backward recomputes each block
             block.forward = functools.partial(torch.utils.checkpoint.checkpoint, block.forward, use_reentrant=False)
-        processes.wrap(m, device, bf16=False)
+        hardware.shard(m, device, bf16=False)
         torch._dynamo.reset()
         counters.clear()
         step = torch.compile(m, backend=backend)

@@ -47,7 +47,7 @@ except ImportError:
     raise SystemExit("tools/lengthgen.py (tools/eval_lm.py's lm-eval model) needs lm-eval: pip install lm_eval") from None
 from tqdm import tqdm
 
-import checkpoint
+import measures
 
 
 def encode_pair(tok, context, continuation):
@@ -124,7 +124,7 @@ class LengthGenLM(LM):
     """lm-eval's LM over checkpoint.load_model: any checkpoint file or weights folder with a tokenizer.
     max_length: the most tokens one forward pass sees (0: the length the checkpoint was trained at).
     dtype: 'bfloat16' runs under autocast (the eval scripts' default on CUDA), 'float32' plain.
-    window, overrides: model arguments that change no weight (checkpoint.load_for_eval), e.g. YaRN."""
+    window, overrides: model arguments that change no weight (measures.load_for_eval), e.g. YaRN."""
 
     def __init__(self, ckpt, device=None, batch_size=1, dtype=None, max_length=0, chunk_size=1024, window=None,
                  overrides=None, max_batch_size=None, max_gen_toks=256):
@@ -137,14 +137,14 @@ class LengthGenLM(LM):
             raise ValueError("batch_size 'auto' is not supported here: give a number")
         if dtype not in ('bfloat16', 'float32'):
             raise ValueError(f"dtype must be 'bfloat16' or 'float32', got {dtype!r}")
-        self.model, self.tok, info, self.autocast = checkpoint.eval_setup(ckpt, device, dtype, 'lm-eval', window,
+        self.model, self.tok, info, self.autocast = measures.eval_setup(ckpt, device, dtype, 'lm-eval', window,
                                                                               overrides=overrides)
         if self.tok.spec['kind'] == 'symbols':
             raise ValueError(f"{ckpt} reads the symbols of a synthetic task, not text: "
                              f"lm-eval's tasks need a text tokenizer")
         trained = (info.get('config') or {}).get('block_size') or getattr(self.model.config, 'block_size', 2048)
         self.max_length = int(max_length) or trained
-        checkpoint.check_length(self.model, self.max_length, ckpt)
+        measures.check_length(self.model, self.max_length, ckpt)
         self.ckpt, self.step = ckpt, info.get('step')
         self.batch_size, self.chunk_size = int(batch_size), int(chunk_size)
         self.max_gen_toks, self.dtype, self._device = int(max_gen_toks), dtype, torch.device(device)

@@ -21,10 +21,9 @@ from statistics import mean
 
 import torch
 
-import checkpoint
 from configurator import configure
 from dropout import pre_linear
-from measures import pre_norm_drift, variance_mismatch
+from measures import load_for_eval, pre_norm_drift, variance_mismatch
 from tokens import TokenData, batch_rng
 
 PAPER = {'pre_linear': (0.29, 0.37), 'vpad': (0.09, 0.06)}  # Fig. 3, first / last 18 layers of SmolLM3-3B
@@ -48,7 +47,7 @@ if not ckpt:
 if dropout >= 1 or length < 0 or batch_size < 1:
     raise SystemExit(f"config error: dropout must be below 1 (a negative value: the model's own), length >= 0 "
                      f"(0: the training length) and batch_size >= 1, got {dropout}, {length}, {batch_size}")
-model, _, info = checkpoint.load_for_eval(ckpt, device, 'the probe')
+model, _, info = load_for_eval(ckpt, device, 'the probe')
 c = model.config
 dropout_type = dropout_type or c.dropout_type
 if dropout_type not in ('pre_linear', 'vpad'):

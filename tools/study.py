@@ -65,6 +65,7 @@ from statistics import mean, stdev
 import torch
 from tqdm import tqdm
 
+import average_ckpts
 import checkpoint
 import tasks
 from configurator import configure
@@ -285,7 +286,7 @@ def evaluate(part, variant, seed):
               {name: [s for s in steps if s <= last][-AVERAGE_K:] for name, last in (('avg_stable', stable_end),
                                                                                      ('avg_anneal', steps[-1]))})
     for name, group in groups.items():
-        net.load_state_dict(checkpoint.average([checkpoint.step_path(src, s) for s in group]))
+        net.load_state_dict(average_ckpts.average([checkpoint.step_path(src, s) for s in group]))
         result[name] = measure(entropy=False)
     if kind == 'lm' and cfg['dropout_type'] in ('pre_linear', 'vpad'):
         net.load_state_dict(ckpt['model'])
