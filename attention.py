@@ -29,8 +29,8 @@ except ImportError:
 SCORE_ENTRIES = 2 ** 25  # the most scores (or mask entries) attention() materialises at once
 
 
-def attention(q, k, v, *, q_start=0, k_start=0, slopes=None, window=0, dropout_p=0.0, backend='sdpa', alpha=1.0,
-              record=None):
+def attention(q, k, v, *, q_start=0, k_start=0, slopes=None, window=0, dropout_p=0.0,
+              backend='sdpa', alpha=1.0, record=None):
     """Causal attention of queries at absolute positions q_start.. over keys at k_start..,
     with the ALiBi bias -slopes[h] * (i - j) (slopes None: no bias) and, if window > 0, only
     the last `window` keys (the query's own included); normalised by softmax (alpha = 1) or
@@ -38,17 +38,20 @@ def attention(q, k, v, *, q_start=0, k_start=0, slopes=None, window=0, dropout_p
     record: a probe's callable, given the probabilities of every slice of queries in order,
     record(p) with p (B, H, rows, Tk) before attention dropout; it makes the scores written out.
     q (B, H, Tq, hd), k and v (B, Hkv, Tk, hd) -> (B, H, Tq, hd)"""
-    kernel = 'manual' if record else attention_kernel(backend, q, k, q_start, k_start, slopes, window, dropout_p, alpha)
+    kernel = 'manual' if record else attention_kernel(backend, q, k, q_start, k_start, slopes,
+                                                      window, dropout_p, alpha)
     if kernel == 'adasplash':
         return fused_entmax(q, *repeat_kv(q, k, v))
     if kernel == 'flex':
         return flex(q, k, v, q_start - k_start, slopes, window)
     if kernel == 'flash':
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p, enable_gqa=q.size(1) != k.size(1))
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p,
+                                              enable_gqa=q.size(1) != k.size(1))
     # an explicit mask, or the scores written out: queries go in slices of `rows`, so that a long
     # input never holds T x T. A slice materialises the scores of every sequence and head where they
-    # are written out (and in SDPA's math kernel, which CPU takes for attention dropout); else only the
-    # mask that SDPA's fused kernels take as it is, (1, H, rows, Tk) with the bias, (rows, Tk) without
+    # are written out (and in SDPA's math kernel, which CPU takes for attention dropout); else only
+    # the mask that SDPA's fused kernels take as it is, (1, H, rows, Tk) with the bias, (rows, Tk)
+    # without
     k, v = repeat_kv(q, k, v)  # SDPA takes GQA with a mask only in its math kernel: whole heads
     if kernel == 'manual' or (dropout_p > 0 and q.device.type == 'cpu'):
         per_row = q.size(0) * q.size(1) * k.size(2)
@@ -57,13 +60,14 @@ def attention(q, k, v, *, q_start=0, k_start=0, slopes=None, window=0, dropout_p
     rows = max(1, SCORE_ENTRIES // per_row)
     slices = range(0, q.size(2), rows)
     if kernel == 'manual':
-        return torch.cat([written_out(q[:, :, i:i + rows], k, v, q_start + i, k_start, slopes, window, dropout_p, alpha,
-                                      record) for i in slices], dim=2)
-    return torch.cat([masked_sdpa(q[:, :, i:i + rows], k, v, q_start + i, k_start, slopes, window, dropout_p)
-                      for i in slices], dim=2)
+        return torch.cat([written_out(q[:, :, i:i + rows], k, v, q_start + i, k_start, slopes,
+                                      window, dropout_p, alpha, record) for i in slices], dim=2)
+    return torch.cat([masked_sdpa(q[:, :, i:i + rows], k, v, q_start + i, k_start, slopes, window,
+                                  dropout_p) for i in slices], dim=2)
 
 
-@torch.compiler.disable  # AdaSplash's Triton kernels run outside the caller's graph, as mamba.py's kernels do
+# AdaSplash's Triton kernels run outside the caller's graph, as mamba.py's kernels do
+@torch.compiler.disable
 def fused_entmax(q, k, v):
     return adasplash(q, k, v, alpha=1.5, is_causal=True)
 
@@ -72,12 +76,15 @@ def attention_kernel(backend, q, k, q_start, k_start, slopes, window, dropout_p,
     """The one place that chooses how attention() computes: 'adasplash' (fused entmax-1.5, CUDA),
     'flex' (FlexAttention), 'flash' (SDPA's causal kernels), 'sdpa' (SDPA with an explicit mask)
     or 'manual' (the scores written out; entmax always, where AdaSplash does not apply)."""
-    plain = slopes is None and not window and q_start == k_start and q.size(2) == k.size(2)  # causal and nothing else
+    # causal and nothing else
+    plain = slopes is None and not window and q_start == k_start and q.size(2) == k.size(2)
     if alpha != 1.0:  # AdaSplash's kernels take neither a bias nor a window
         fused = adasplash is not None and q.is_cuda and alpha == 1.5 and plain and dropout_p == 0
         return 'adasplash' if fused else 'manual'
-    # auto: flex fuses ALiBi and windows on CUDA (it has no attention dropout; the config refuses flex with it)
-    auto_flex = q.is_cuda and (slopes is not None or window) and dropout_p == 0 and flex_attention is not None
+    # auto: flex fuses ALiBi and windows on CUDA (it has no attention dropout; the config refuses
+    # flex with it)
+    auto_flex = (q.is_cuda and (slopes is not None or window) and dropout_p == 0
+                 and flex_attention is not None)
     if backend == 'flex' or (backend == 'auto' and auto_flex):
         return 'flex'
     if backend == 'manual':
@@ -92,10 +99,12 @@ def repeat_kv(q, k, v):
 
 
 def mask_and_bias(q_start, Tq, k_start, Tk, slopes, window, device):
-    """The keys each query may see (Tq, Tk), and the ALiBi bias -m_h * distance (H, Tq, Tk) or None."""
+    """The keys each query may see (Tq, Tk), and the ALiBi bias -m_h * distance (H, Tq, Tk) or
+    None."""
     # float32 distances: exact below 2^24 positions, and half the memory of int64 ones
     f32 = dict(device=device, dtype=torch.float32)
-    dist = torch.arange(q_start, q_start + Tq, **f32)[:, None] - torch.arange(k_start, k_start + Tk, **f32)  # (Tq, Tk)
+    dist = (torch.arange(q_start, q_start + Tq, **f32)[:, None]
+            - torch.arange(k_start, k_start + Tk, **f32))  # (Tq, Tk)
     allowed = (dist >= 0) & (dist < window) if window else dist >= 0
     return allowed, None if slopes is None else -slopes[:, None, None] * dist
 
@@ -105,20 +114,25 @@ def masked_sdpa(q, k, v, q_start, k_start, slopes, window, dropout_p):
     allowed, bias = mask_and_bias(q_start, q.size(2), k_start, k.size(2), slopes, window, q.device)
     if bias is None:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=dropout_p)
-    # the bias in float32, and so the attention: in bf16, m_h * distance would be off by up to 2^-9 of
-    # itself (0.03 at a distance of 100 with m_h = 1/16), and SDPA's kernels take a mask of q's dtype
-    # (1, H, Tq, Tk): with a batch dim SDPA's fused CPU kernel takes the mask; a 3-d one sends it to the
-    # math kernel (torch 2.13): the quick start's training step 1.3x slower, a 2048-token forward 2x
+    # the bias in float32, and so the attention: in bf16, m_h * distance would be off by up to 2^-9
+    # of itself (0.03 at a distance of 100 with m_h = 1/16), and SDPA's kernels take a mask of q's
+    # dtype (1, H, Tq, Tk): with a batch dim SDPA's fused CPU kernel takes the mask; a 3-d one sends
+    # it to the math kernel (torch 2.13): the quick start's training step 1.3x slower, a 2048-token
+    # forward 2x
     mask = bias.masked_fill(~allowed, float('-inf'))[None]  # (1, H, Tq, Tk)
-    with torch.autocast(q.device.type, enabled=False):  # autocast would cast the inputs back to bf16
-        y = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask, dropout_p=dropout_p)
+    # autocast would cast the inputs back to bf16
+    with torch.autocast(q.device.type, enabled=False):
+        y = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask,
+                                           dropout_p=dropout_p)
     return y.to(q.dtype)
 
 
 def written_out(q, k, v, q_start, k_start, slopes, window, dropout_p, alpha, record=None):
-    """The scores in float32, masked, normalised by softmax or entmax (handed to record), dropped, times v."""
+    """The scores in float32, masked, normalised by softmax or entmax (handed to record), dropped,
+    times v."""
     allowed, bias = mask_and_bias(q_start, q.size(2), k_start, k.size(2), slopes, window, q.device)
-    with torch.autocast(q.device.type, enabled=False):  # scores in fp32: bf16 ones cost entmax 5x its error
+    # scores in fp32: bf16 ones cost entmax 5x its error
+    with torch.autocast(q.device.type, enabled=False):
         scores = q.float() @ k.float().transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, Tq, Tk)
     if bias is not None:
         scores = scores + bias
@@ -126,13 +140,15 @@ def written_out(q, k, v, q_start, k_start, slopes, window, dropout_p, alpha, rec
     p = scores.softmax(-1) if alpha == 1.0 else Entmax.apply(scores, alpha)  # (B, H, Tq, Tk)
     if record:
         record(p)
-    return F.dropout(p.to(v.dtype), dropout_p, training=dropout_p > 0) @ v  # attention dropout, on the probabilities
+    # attention dropout, on the probabilities
+    return F.dropout(p.to(v.dtype), dropout_p, training=dropout_p > 0) @ v
 
 
 class Entmax(torch.autograd.Function):
-    """alpha-entmax over the last dim (Peters et al. 2019): p_i = [(alpha-1) z_i - tau]_+^(1/(alpha-1)),
-    tau such that sum p = 1; alpha = 1.5 exactly, by sorting, other alpha > 1 by bisection on tau.
-    -inf entries get exactly 0, and so does all of the row past the support (sparse attention)."""
+    """alpha-entmax over the last dim (Peters et al. 2019):
+    p_i = [(alpha-1) z_i - tau]_+^(1/(alpha-1)), tau such that sum p = 1; alpha = 1.5 exactly, by
+    sorting, other alpha > 1 by bisection on tau. -inf entries get exactly 0, and so does all of
+    the row past the support (sparse attention)."""
 
     @staticmethod
     def forward(ctx, z, alpha):
@@ -157,13 +173,15 @@ def entmax15(z):
     xs = x.sort(-1, descending=True).values
     k = torch.arange(1, x.size(-1) + 1, device=x.device, dtype=x.dtype)
     mean, meansq = xs.cumsum(-1) / k, (xs * xs).cumsum(-1) / k
-    tau = mean - ((1 - k * (meansq - mean * mean)) / k).clamp(min=0).sqrt()  # nan past the -inf entries
+    # nan past the -inf entries
+    tau = mean - ((1 - k * (meansq - mean * mean)) / k).clamp(min=0).sqrt()
     support = (tau <= xs).sum(-1, keepdim=True)  # comparisons with nan are false
     return (x - tau.gather(-1, support - 1)).clamp(min=0) ** 2
 
 
 def entmax_bisect(z, alpha, n_iter=50):
-    """alpha-entmax by bisection on tau, between max - 1 (sum >= 1) and max - (1/d)^(alpha-1) (sum <= 1)."""
+    """alpha-entmax by bisection on tau, between max - 1 (sum >= 1) and max - (1/d)^(alpha-1)
+    (sum <= 1)."""
     x = z * (alpha - 1)
     top = x.max(-1, keepdim=True).values
     lo, hi = top - 1, top - (1 / x.size(-1)) ** (alpha - 1)
@@ -178,17 +196,22 @@ def entmax_bisect(z, alpha, n_iter=50):
 def flex(q, k, v, offset, slopes=None, window=0):
     """The same attention with FlexAttention (query i sits at key index i + offset): a block
     mask for causality and the window, a score_mod for ALiBi. Fused only when compiled: on CUDA
-    through _compiled_flex() in eager code, or inside the caller's graph when the model is compiled."""
+    through _compiled_flex() in eager code, or inside the caller's graph when the model is
+    compiled."""
     compiling = torch.compiler.is_compiling()
     # the offset as a tensor for the compiled callable (a constant would recompile it per offset);
-    # inside a compiled model, a plain number (a tensor made in the graph is no input the kernel can take)
+    # inside a compiled model, a plain number (a tensor made in the graph is no input the kernel can
+    # take)
     offset_t = offset if compiling else offset_tensor(offset, q.device)
     score_mod = None
     if slopes is not None:
-        def score_mod(score, b, h, qi, ki):  # -m_h * (i - j) with the query's absolute index: without
-            return score - slopes[h] * (qi + offset_t - ki)  # the offset, fp32 would carry m_h * position
+        # -m_h * (i - j) with the query's absolute index: without the offset, fp32 would carry
+        # m_h * position
+        def score_mod(score, b, h, qi, ki):
+            return score - slopes[h] * (qi + offset_t - ki)
     fn = _compiled_flex() if q.is_cuda and not compiling else flex_attention
-    mask = (block_mask.__wrapped__ if compiling else block_mask)(q.size(2), k.size(2), offset, window, q.device)
+    mask = (block_mask.__wrapped__ if compiling else block_mask)(q.size(2), k.size(2), offset,
+                                                                 window, q.device)
     return fn(q, k, v, score_mod=score_mod, block_mask=mask, enable_gqa=q.size(1) != k.size(1))
 
 
@@ -196,22 +219,26 @@ def flex(q, k, v, offset, slopes=None, window=0):
 def block_mask(Tq, Tk, offset, window, device):
     """Causal (and windowed) block mask, built once per shape and offset in eager code (every
     layer and step reuses it). Inside a compiled region it is traced instead (dynamo ignores the
-    cache), and built without its own torch.compile, which dynamo cannot trace (a graph break per layer)."""
+    cache), and built without its own torch.compile, which dynamo cannot trace (a graph break per
+    layer)."""
     compiling = torch.compiler.is_compiling()
     offset_t = offset if compiling else offset_tensor(offset, device)
 
     def mask_mod(b, h, qi, ki):
         d = qi + offset_t - ki
         return (d >= 0) & (d < window) if window else d >= 0
-    create = _compiled_block_mask() if device.type == 'cuda' and not compiling else create_block_mask
+    create = (_compiled_block_mask() if device.type == 'cuda' and not compiling
+              else create_block_mask)
     return create(mask_mod, None, None, Tq, Tk, device=device)
 
 
 @functools.lru_cache(maxsize=64)
 def offset_tensor(offset, device):
     """The query offset as a 0-d tensor on the device, made once per offset (shared by every layer)
-    and by a fill kernel: torch.tensor(offset, device='cuda') copies from the host and waits for it."""
-    with torch.inference_mode(False):  # a tensor that a later training step may also save for its backward
+    and by a fill kernel: torch.tensor(offset, device='cuda') copies from the host and waits for
+    it."""
+    # a tensor that a later training step may also save for its backward
+    with torch.inference_mode(False):
         return torch.full((), offset, device=device)
 
 
@@ -225,6 +252,6 @@ def _compiled_flex():
 
 @functools.lru_cache(maxsize=1)
 def _compiled_block_mask():
-    # compiled, create_block_mask never builds the (Tq, Tk) mask it summarises (torch 2.13 deprecates
-    # its own _compile=True for this); the offset is a tensor, as for _compiled_flex()
+    # compiled, create_block_mask never builds the (Tq, Tk) mask it summarises (torch 2.13
+    # deprecates its own _compile=True for this); the offset is a tensor, as for _compiled_flex()
     return torch.compile(create_block_mask)

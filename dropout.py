@@ -41,21 +41,26 @@ def dropout(x, p, training=True):
 
 
 def vpad(x, p, variant='A', training=True, eps=1e-6):
-    """Variance-preserving affine dropout over the last dim of x (..., d). See the module docstring."""
+    """Variance-preserving affine dropout over the last dim of x (..., d).
+
+    See the module docstring."""
     if not training or p == 0.0:
         return x
     keep, p = keep_mask(x, p)
-    if variant in ('A', 'B'):  # dropped units take the mean, kept ones are scaled around it by 1/sqrt(1-p)
+    # dropped units take the mean, kept ones are scaled around it by 1/sqrt(1-p)
+    if variant in ('A', 'B'):
         if variant == 'A':  # per-token mean
             mu = x.mean(-1, keepdim=True)  # (..., 1)
         else:  # per-feature mean over all tokens of the batch; detached, so that the statistics
             # (which mix positions of the same sequence) carry no gradient between tokens
             mu = x.detach().reshape(-1, x.shape[-1]).mean(0)  # (d,)
-        return torch.addcmul(mu, x - mu, keep, value=1.0 / math.sqrt(1.0 - p))  # mu + m (x - mu) / sqrt(1-p)
+        # mu + m (x - mu) / sqrt(1-p)
+        return torch.addcmul(mu, x - mu, keep, value=1.0 / math.sqrt(1.0 - p))
     if variant == 'C':  # dropout, then re-standardise to the realised per-token mean and std of x
         d = x * keep
         d = d - d.mean(-1, keepdim=True)
-        return d * (x.std(-1, keepdim=True) / (d.std(-1, keepdim=True) + eps)) + x.mean(-1, keepdim=True)
+        return (d * (x.std(-1, keepdim=True) / (d.std(-1, keepdim=True) + eps))
+                + x.mean(-1, keepdim=True))
     if variant == 'D':  # keep the per-token RMS (norm) of x
         d = x * keep
         return d * (x.norm(dim=-1, keepdim=True) / (d.norm(dim=-1, keepdim=True) + eps))
@@ -87,7 +92,8 @@ def keep_mask(x, p):
         return (torch.rand(x.shape, device=x.device) >= p).to(x.dtype), p
     threshold, n = round(p * 32768), x.numel()
     bits = torch.empty((n + 3) // 4, dtype=torch.int64).random_()  # 63 random bits each
-    bits = bits.view(torch.int16)[:n].bitwise_and_(0x7FFF).view(x.shape)  # four numbers in [0, 2^15) per draw
+    # four numbers in [0, 2^15) per draw
+    bits = bits.view(torch.int16)[:n].bitwise_and_(0x7FFF).view(x.shape)
     return torch.ge(bits, threshold, out=torch.empty_like(x)), threshold / 32768
 
 
@@ -139,6 +145,7 @@ def pre_linear(dropout_type, p, vpad_variant='A'):
 
 
 def pre_norm(dropout_type, p):
-    """The operator at the pre-norm site (a sublayer's output, before the residual add): PN-D or identity."""
+    """The operator at the pre-norm site (a sublayer's output, before the residual add): PN-D or
+    identity."""
     check(dropout_type, p)
     return Dropout(p) if dropout_type == 'pre_norm' and p > 0 else nn.Identity()

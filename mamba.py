@@ -29,15 +29,18 @@ try:  # fused kernels, CUDA only; without them the PyTorch scan below runs every
     from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined
 except ImportError:
     mamba_chunk_scan_combined = None
-except Exception as e:  # installed but broken (a CUDA or Triton mismatch): every script imports this file
-    print(f"warning: mamba_ssm is installed but does not import ({type(e).__name__}: {e}); using the PyTorch scan")
+except Exception as e:
+    # installed but broken (a CUDA or Triton mismatch): every script imports this file
+    print(f"warning: mamba_ssm is installed but does not import ({type(e).__name__}: {e}); "
+          f"using the PyTorch scan")
     mamba_chunk_scan_combined = None
 try:
     from causal_conv1d import causal_conv1d_fn
 except ImportError:
     causal_conv1d_fn = None
 except Exception as e:
-    print(f"warning: causal_conv1d is installed but does not import ({type(e).__name__}: {e}); using the PyTorch conv")
+    print(f"warning: causal_conv1d is installed but does not import ({type(e).__name__}: {e}); "
+          f"using the PyTorch conv")
     causal_conv1d_fn = None
 # The kernels run outside any compiled graph (a graph break each, by design): dynamo fails on
 # mamba_ssm's Triton autograd functions upstream, and Inductor has nothing to fuse inside them.
@@ -78,16 +81,20 @@ class Mamba2Config:
                                                                 sizes.items()))
         check_dropout(self.dropout_type, self.dropout, self.vpad_variant)
         if self.d_inner % self.headdim:
-            raise ValueError(f"d_inner = expand * n_embd = {self.d_inner} must be a multiple of headdim ({self.headdim})")
+            raise ValueError(f"d_inner = expand * n_embd = {self.d_inner} must be a multiple of "
+                             f"headdim ({self.headdim})")
         if self.nheads % self.ngroups:
-            raise ValueError(f"the {self.nheads} heads must split evenly into ngroups = {self.ngroups}")
+            raise ValueError(f"the {self.nheads} heads must split evenly into ngroups = "
+                             f"{self.ngroups}")
         if self.use_kernels and mamba_chunk_scan_combined is not None and self.conv_channels % 8:
-            raise ValueError(f"mamba_ssm's kernels need conv channels (d_inner + 2 * ngroups * d_state = "
-                             f"{self.conv_channels}) to be a multiple of 8: change the sizes, or set use_kernels=False")
-        if self.use_kernels and causal_conv1d_fn is not None and self.in_proj_width % 8:  # xBC is read in place, channels last
-            raise ValueError(f"causal_conv1d needs the row stride of in_proj's output (2 * d_inner + 2 * ngroups * "
-                             f"d_state + nheads = {self.in_proj_width}) to be a multiple of 8: change the sizes, "
-                             f"or set use_kernels=False")
+            raise ValueError(f"mamba_ssm's kernels need conv channels (d_inner + 2 * ngroups * "
+                             f"d_state = {self.conv_channels}) to be a multiple of 8: change the "
+                             f"sizes, or set use_kernels=False")
+        # xBC is read in place, channels last
+        if self.use_kernels and causal_conv1d_fn is not None and self.in_proj_width % 8:
+            raise ValueError(f"causal_conv1d needs the row stride of in_proj's output (2 * d_inner "
+                             f"+ 2 * ngroups * d_state + nheads = {self.in_proj_width}) to be a "
+                             f"multiple of 8: change the sizes, or set use_kernels=False")
 
     @property
     def d_inner(self):
@@ -117,7 +124,8 @@ def segsum(a):
     a = a[..., None].expand(*a.shape, T)  # (..., T, T): a[..., i, j] = a_i
     a = a.masked_fill(~torch.tril(torch.ones(T, T, dtype=torch.bool, device=a.device), -1), 0)
     s = a.cumsum(dim=-2)
-    return s.masked_fill(~torch.tril(torch.ones(T, T, dtype=torch.bool, device=a.device)), float('-inf'))
+    return s.masked_fill(~torch.tril(torch.ones(T, T, dtype=torch.bool, device=a.device)),
+                         float('-inf'))
 
 
 def ssd(x, a, B, C, chunk_size, state=None):
@@ -137,7 +145,8 @@ def ssd(x, a, B, C, chunk_size, state=None):
     a = a.reshape(b, c, Q, h).transpose(2, 3)  # (b, c, h, Q)
     a_cum = a.cumsum(dim=-1)  # (b, c, h, Q)
 
-    # 1. inside each chunk, attention-like: y_t = sum_{s<=t} (C_t . B_s) exp(a_{s+1} + ... + a_t) x_s
+    # 1. inside each chunk, attention-like:
+    # y_t = sum_{s<=t} (C_t . B_s) exp(a_{s+1} + ... + a_t) x_s
     scores = torch.einsum('bclhn,bcshn->bchls', C, B) * torch.exp(segsum(a))  # (b, c, h, Q, Q)
     y = torch.einsum('bchls,bcshp->bclhp', scores, x)
     # 2. the state each chunk adds, decayed to the chunk's end
@@ -150,7 +159,8 @@ def ssd(x, a, B, C, chunk_size, state=None):
     across = torch.exp(segsum(F.pad(a_cum[..., -1].transpose(1, 2), (1, 0))))  # (b, h, c+1, c+1)
     states = torch.einsum('bhzc,bchpn->bzhpn', across, chunk_states)  # (b, c+1, h, p, n)
     # 4. what the entering state contributes at each position of its chunk
-    y = y + torch.einsum('bclhn,bchpn->bclhp', C, states[:, :-1]) * torch.exp(a_cum).transpose(2, 3)[..., None]
+    y = y + (torch.einsum('bclhn,bchpn->bclhp', C, states[:, :-1])
+             * torch.exp(a_cum).transpose(2, 3)[..., None])
     return y.reshape(b, c * Q, h, p)[:, :l], states[:, -1]
 
 
@@ -181,9 +191,12 @@ class Mixer(nn.Module):
         self.config = c
         self.d_inner, self.nheads, self.channels = c.d_inner, c.nheads, c.conv_channels
         self.in_proj = nn.Linear(c.n_embd, c.in_proj_width, bias=c.bias)  # z, xBC, dt
-        self.conv1d = nn.Conv1d(self.channels, self.channels, c.d_conv, groups=self.channels, bias=c.conv_bias)
-        # dt ~ log-uniform in [dt_min, dt_max] through softplus(dt_bias); A = -exp(A_log), A_log = log U[1, 16]
-        dt = torch.exp(torch.rand(c.nheads) * (math.log(c.dt_max) - math.log(c.dt_min)) + math.log(c.dt_min)).clamp(min=1e-4)
+        self.conv1d = nn.Conv1d(self.channels, self.channels, c.d_conv, groups=self.channels,
+                                bias=c.conv_bias)
+        # dt ~ log-uniform in [dt_min, dt_max] through softplus(dt_bias); A = -exp(A_log),
+        # A_log = log U[1, 16]
+        dt = torch.exp(torch.rand(c.nheads) * (math.log(c.dt_max) - math.log(c.dt_min))
+                       + math.log(c.dt_min)).clamp(min=1e-4)
         self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # the inverse of softplus
         self.A_log = nn.Parameter(torch.log(torch.empty(c.nheads).uniform_(1, 16)))
         self.D = nn.Parameter(torch.ones(c.nheads))
@@ -191,7 +204,8 @@ class Mixer(nn.Module):
             p._no_weight_decay = True  # as mamba_ssm: train.py leaves them out of weight decay
         self.norm = RMSNorm(c.d_inner, c.norm_eps, group_size=c.d_inner // c.ngroups)
         self.out_proj = nn.Linear(c.d_inner, c.n_embd, bias=c.bias)
-        self.pre_linear = pre_linear(c.dropout_type, c.dropout, c.vpad_variant)  # the PL-D / VPAD site
+        # the PL-D / VPAD site
+        self.pre_linear = pre_linear(c.dropout_type, c.dropout, c.vpad_variant)
 
     def forward(self, u, state=None):
         """u (B, L, C), state (conv inputs (B, channels, d_conv-1), SSM state (B, H, P, N)) or None
@@ -199,18 +213,22 @@ class Mixer(nn.Module):
         c = self.config
         Bsz, L, _ = u.shape
         # PL-D / VPAD (Fig. 2, right) on the input of in_proj, and below of out_proj
-        z, xBC, dt = self.in_proj(self.pre_linear(u)).split([self.d_inner, self.channels, self.nheads], dim=-1)
+        z, xBC, dt = self.in_proj(self.pre_linear(u)).split(
+            [self.d_inner, self.channels, self.nheads], dim=-1)
         conv_state, ssm_state = state if state is not None else (None, None)
         xBC, conv_state = self.conv(xBC, conv_state)  # (B, L, channels)
         x, Bm, Cm = xBC.split([self.d_inner, c.ngroups * c.d_state, c.ngroups * c.d_state], dim=-1)
         x = x.unflatten(-1, (self.nheads, c.headdim))  # (B, L, H, P)
-        Bm, Cm = Bm.unflatten(-1, (c.ngroups, c.d_state)), Cm.unflatten(-1, (c.ngroups, c.d_state))  # (B, L, G, N)
+        Bm, Cm = (Bm.unflatten(-1, (c.ngroups, c.d_state)),
+                  Cm.unflatten(-1, (c.ngroups, c.d_state)))  # (B, L, G, N)
         A = -torch.exp(self.A_log.float())  # (H,)
         if L == 1 and ssm_state is not None:  # one token after a prefill: the recurrence
             y, ssm_state = self.step(x, dt, A, Bm, Cm, ssm_state)
         elif self._kernels(u):
-            y, ssm_state = mamba_chunk_scan_combined(x, dt, A, Bm, Cm, c.chunk_size, D=self.D, dt_bias=self.dt_bias,
-                                                     dt_softplus=True, initial_states=ssm_state, return_final_states=True)
+            y, ssm_state = mamba_chunk_scan_combined(x, dt, A, Bm, Cm, c.chunk_size, D=self.D,
+                                                     dt_bias=self.dt_bias, dt_softplus=True,
+                                                     initial_states=ssm_state,
+                                                     return_final_states=True)
         else:
             y, ssm_state = self.scan(x, dt, A, Bm, Cm, ssm_state)
         y = self.norm(y.flatten(-2), z)  # (B, L, d_inner)
@@ -218,20 +236,25 @@ class Mixer(nn.Module):
 
     def scan(self, x, dt, A, Bm, Cm, ssm_state):
         """The SSD scan over a sequence, from ssm_state (or zeros), with the D skip; in float32
-        whatever the autocast (exponentials of long cumulative sums). -> y (B, L, H, P), final state"""
+        whatever the autocast (exponentials of long cumulative sums). -> y (B, L, H, P), final
+        state"""
         dt = F.softplus(dt.float() + self.dt_bias.float())  # (B, L, H)
         xf = x.float()
-        y, ssm_state = ssd(xf * dt[..., None], dt * A, Bm.float(), Cm.float(), self.config.chunk_size, ssm_state)
+        y, ssm_state = ssd(xf * dt[..., None], dt * A, Bm.float(), Cm.float(),
+                           self.config.chunk_size, ssm_state)
         return (y + xf * self.D.float()[:, None]).to(x.dtype), ssm_state
 
     def step(self, x, dt, A, Bm, Cm, ssm_state):
         """One token, constant time: h = exp(dt A) h + dt x B^T, y = h C + D x (float32).
-        x (B, 1, H, P), Bm and Cm (B, 1, G, N), ssm_state (B, H, P, N) -> y (B, 1, H, P), new state"""
+        x (B, 1, H, P), Bm and Cm (B, 1, G, N), ssm_state (B, H, P, N) -> y (B, 1, H, P), new
+        state"""
         dt = F.softplus(dt[:, 0].float() + self.dt_bias.float())  # (B, H)
         xf = x[:, 0].float()  # (B, H, P)
         rep = self.nheads // self.config.ngroups
-        Bh, Ch = Bm[:, 0].float().repeat_interleave(rep, dim=1), Cm[:, 0].float().repeat_interleave(rep, dim=1)  # (B, H, N)
-        ssm_state = ssm_state.float() * torch.exp(dt * A)[..., None, None] + (dt[..., None] * xf)[..., None] * Bh[:, :, None, :]
+        Bh, Ch = (Bm[:, 0].float().repeat_interleave(rep, dim=1),
+                  Cm[:, 0].float().repeat_interleave(rep, dim=1))  # (B, H, N)
+        ssm_state = (ssm_state.float() * torch.exp(dt * A)[..., None, None]
+                     + (dt[..., None] * xf)[..., None] * Bh[:, :, None, :])
         y = (ssm_state @ Ch[..., None])[..., 0] + xf * self.D.float()[:, None]  # (B, H, P)
         return y.unsqueeze(1).to(x.dtype), ssm_state
 
@@ -242,7 +265,8 @@ class Mixer(nn.Module):
         k = self.config.d_conv
         if conv_state is None:
             if self._kernels(x) and causal_conv1d_fn is not None:
-                out = causal_conv1d_fn(x, self.conv1d.weight[:, 0], self.conv1d.bias, activation='silu')
+                out = causal_conv1d_fn(x, self.conv1d.weight[:, 0], self.conv1d.bias,
+                                       activation='silu')
                 return out.transpose(1, 2), F.pad(x, (k - 1, 0))[:, :, -(k - 1):]
             conv_state = x.new_zeros(x.size(0), x.size(1), k - 1)
         x = torch.cat([conv_state, x], dim=-1)  # (B, channels, d_conv-1 + L)
@@ -310,7 +334,8 @@ class Mamba2(nn.Module):
         if targets is None:
             return self.lm_head(x[:, [-1], :]), None
         logits = self.lm_head(x)
-        loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
+        loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1),
+                               ignore_index=-1)
         return logits, loss
 
     @torch.no_grad()
@@ -319,7 +344,8 @@ class Mamba2(nn.Module):
         state, out = self.new_cache(), []
         for s in range(0, idx.size(1), chunk_size):
             logits = self.lm_head(self.hidden(idx[:, s:s + chunk_size], state)).float()
-            out.append(F.cross_entropy(logits.transpose(1, 2), targets[:, s:s + chunk_size], reduction='none', ignore_index=-1))
+            out.append(F.cross_entropy(logits.transpose(1, 2), targets[:, s:s + chunk_size],
+                                       reduction='none', ignore_index=-1))
         return torch.cat(out, dim=1)
 
     @torch.no_grad()
@@ -341,7 +367,9 @@ class Mamba2(nn.Module):
     def flops_per_token(self, T):
         """Training FLOPs per token: 6 per weight that multiplies (the blocks and the output head),
         plus the scan's products per layer and head: C.B^T and its product with x inside a chunk
-        (Q(N + P)), the chunk states and their read-out (2NP). T does not enter: linear in length."""
+        (Q(N + P)), the chunk states and their read-out (2NP). T does not enter: linear in
+        length."""
         c = self.config
-        scan = c.n_layer * c.nheads * (c.chunk_size * (c.d_state + c.headdim) + 2 * c.d_state * c.headdim)
+        scan = c.n_layer * c.nheads * (c.chunk_size * (c.d_state + c.headdim)
+                                       + 2 * c.d_state * c.headdim)
         return 6 * (self.num_params() + c.vocab_size * c.n_embd) + 6 * scan

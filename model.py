@@ -43,22 +43,32 @@ class TransformerConfig:
     norm_eps: float = 1e-5
     bias: bool = False  # biases in the linear layers (and the LayerNorms)
     tie_embeddings: bool = True
-    pos_encoding: str | list = 'nape'  # one of POS_ENCODINGS, or a list: one per layer, or a pattern that repeats
-    window: int | list = 0  # sliding window of W keys, the current one included (0: full); or a list, as above
+    # one of POS_ENCODINGS, or a list: one per layer, or a pattern that repeats
+    pos_encoding: str | list = 'nape'
+    # sliding window of W keys, the current one included (0: full); or a list, as above
+    window: int | list = 0
     rope_theta: float = 10000.0
-    # length-generalization methods for RoPE (docs/methods.md): randomized positions in training, and
-    # position interpolation or YaRN at evaluation (no weights change: set them when loading a checkpoint)
-    rope_random: int = 0  # > 0: in training, each sequence's RoPE positions are a sorted random subset of [0, rope_random * T)
+    # length-generalization methods for RoPE (docs/methods.md): randomized positions in training,
+    # and position interpolation or YaRN at evaluation (no weights change: set them when loading a
+    # checkpoint)
+    # > 0: in training, each sequence's RoPE positions are a sorted random subset of
+    # [0, rope_random * T)
+    rope_random: int = 0
     rope_scaling: str = 'none'  # 'none', 'pi' (position interpolation) or 'yarn', with rope_factor
-    rope_factor: float = 1.0  # s: PI divides every frequency by s; YaRN only the low ones, and sharpens by (0.1 ln s + 1)^2
+    # s: PI divides every frequency by s; YaRN only the low ones, and sharpens by (0.1 ln s + 1)^2
+    rope_factor: float = 1.0
     nape_slopes: str = 'linear'  # NAPE's ALiBi slopes: 'linear' (1/h) or 'exp' (1/2^(h-1))
     dropout: float = 0.0  # p of the dropout at the dropout_type's sites
     dropout_type: str = 'none'  # 'none', 'pre_norm' (PN-D), 'pre_linear' (PL-D) or 'vpad'
     vpad_variant: str = 'A'  # VPAD reconstruction: A (per token, default), B, C, D (dropout.py)
     attn_dropout: float = 0.0  # dropout on the attention probabilities
-    attn_alpha: float = 1.0  # the attention's normaliser: 1 softmax, 1.5 entmax-1.5 (exact), other > 1 entmax by bisection
-    attn_scale: str = 'none'  # query scale: 'none', 'adaptive' (ASEntmax), 'static', 'ssmax' or 'log_length' (Attention.query_scale)
-    attn_backend: str = 'auto'  # 'auto' (flex on CUDA where it helps, else sdpa), 'sdpa', 'flex' or 'manual'
+    # the attention's normaliser: 1 softmax, 1.5 entmax-1.5 (exact), other > 1 entmax by bisection
+    attn_alpha: float = 1.0
+    # query scale: 'none', 'adaptive' (ASEntmax), 'static', 'ssmax' or 'log_length'
+    # (Attention.query_scale)
+    attn_scale: str = 'none'
+    # 'auto' (flex on CUDA where it helps, else sdpa), 'sdpa', 'flex' or 'manual'
+    attn_backend: str = 'auto'
 
     def __post_init__(self):
         sizes = {k: getattr(self, k) for k in ('vocab_size', 'block_size', 'n_layer', 'n_head',
@@ -73,34 +83,46 @@ class TransformerConfig:
             value = getattr(self, name)
             if isinstance(value, (list, tuple)):
                 if not value or L % len(value):
-                    raise ValueError(f"{name} has {len(value)} entries but n_layer = {L}: give one per layer, "
-                                     f"or a pattern whose length divides {L}")
+                    raise ValueError(f"{name} has {len(value)} entries but n_layer = {L}: give one "
+                                     f"per layer, or a pattern whose length divides {L}")
                 setattr(self, name, list(value) * (L // len(value)))
         for p in self.layer_pos_encodings():
             if p not in POS_ENCODINGS:
                 raise ValueError(f"unknown pos_encoding {p!r}; choose one of {POS_ENCODINGS}")
         if 'learned' in self.layer_pos_encodings() and self.pos_encoding != 'learned':
-            raise ValueError("learned positions are added to the embeddings: use pos_encoding='learned' for all layers")
+            raise ValueError("learned positions are added to the embeddings: use "
+                             "pos_encoding='learned' for all layers")
         if any(w < 0 for w in self.layer_windows()):
             raise ValueError(f"window must be >= 0 (0 = full attention), got {self.window}")
         if self.mlp not in ('gelu', 'swiglu') or self.norm not in ('rmsnorm', 'layernorm'):
-            raise ValueError(f"mlp must be 'gelu' or 'swiglu' and norm 'rmsnorm' or 'layernorm', got {self.mlp!r}, {self.norm!r}")
-        if self.head_dim is None and self.n_embd % self.n_head:  # n_embd // n_head would drop the remainder
-            raise ValueError(f"n_embd ({self.n_embd}) must be a multiple of n_head ({self.n_head}), or give head_dim")
+            raise ValueError(f"mlp must be 'gelu' or 'swiglu' and norm 'rmsnorm' or 'layernorm', "
+                             f"got {self.mlp!r}, {self.norm!r}")
+        # n_embd // n_head would drop the remainder
+        if self.head_dim is None and self.n_embd % self.n_head:
+            raise ValueError(f"n_embd ({self.n_embd}) must be a multiple of n_head "
+                             f"({self.n_head}), or give head_dim")
         if self.n_head % (self.n_kv_head or self.n_head):
-            raise ValueError(f"n_head ({self.n_head}) must be a multiple of n_kv_head ({self.n_kv_head})")
+            raise ValueError(f"n_head ({self.n_head}) must be a multiple of n_kv_head "
+                             f"({self.n_kv_head})")
         if self.attn_backend not in ('auto', 'sdpa', 'flex', 'manual'):
-            raise ValueError(f"attn_backend must be 'auto', 'sdpa', 'flex' or 'manual', got {self.attn_backend!r}")
+            raise ValueError(f"attn_backend must be 'auto', 'sdpa', 'flex' or 'manual', "
+                             f"got {self.attn_backend!r}")
         if not 0 <= self.attn_dropout < 1:
             raise ValueError(f"attn_dropout must be in [0, 1), got {self.attn_dropout}")
-        if self.attn_backend == 'flex' and self.attn_dropout > 0:  # flex_attention has no dropout: it would be lost
-            raise ValueError("attn_backend='flex' cannot apply attention dropout: use 'sdpa' or 'manual' (or 'auto')")
-        if self.attn_alpha < 1 or self.attn_scale not in ('none', 'adaptive', 'static', 'ssmax', 'log_length'):
-            raise ValueError(f"attn_alpha must be >= 1 and attn_scale 'none', 'adaptive', 'static', 'ssmax' or "
-                             f"'log_length', got {self.attn_alpha}, {self.attn_scale!r}")
-        if self.rope_random < 0 or self.rope_scaling not in ('none', 'pi', 'yarn') or self.rope_factor < 1:
-            raise ValueError(f"rope_random must be >= 0 (0: off), rope_scaling 'none', 'pi' or 'yarn', and rope_factor "
-                             f">= 1, got {self.rope_random}, {self.rope_scaling!r}, {self.rope_factor}")
+        # flex_attention has no dropout: it would be lost
+        if self.attn_backend == 'flex' and self.attn_dropout > 0:
+            raise ValueError("attn_backend='flex' cannot apply attention dropout: use 'sdpa' or "
+                             "'manual' (or 'auto')")
+        if self.attn_alpha < 1 or self.attn_scale not in ('none', 'adaptive', 'static', 'ssmax',
+                                                          'log_length'):
+            raise ValueError(f"attn_alpha must be >= 1 and attn_scale 'none', 'adaptive', "
+                             f"'static', 'ssmax' or 'log_length', got {self.attn_alpha}, "
+                             f"{self.attn_scale!r}")
+        if (self.rope_random < 0 or self.rope_scaling not in ('none', 'pi', 'yarn')
+                or self.rope_factor < 1):
+            raise ValueError(f"rope_random must be >= 0 (0: off), rope_scaling 'none', 'pi' or "
+                             f"'yarn', and rope_factor >= 1, got {self.rope_random}, "
+                             f"{self.rope_scaling!r}, {self.rope_factor}")
 
     def layer_pos_encodings(self):
         p = self.pos_encoding
@@ -116,7 +138,8 @@ class TransformerConfig:
 
 def alibi_slopes(n_head, pos_encoding, nape_slopes='linear'):
     """Per-head slope m_h of the bias -m_h * (i - j); 0 for heads without ALiBi. (n_head,)"""
-    if pos_encoding == 'nape':  # first H/2 heads ALiBi, the rest NoPE (deep-spin/asentmax get_nape_slopes)
+    # first H/2 heads ALiBi, the rest NoPE (deep-spin/asentmax get_nape_slopes)
+    if pos_encoding == 'nape':
         h = torch.arange(1, n_head // 2 + 1, dtype=torch.float32)
         s = 1.0 / h if nape_slopes == 'linear' else 2.0 ** -(h - 1)
         return torch.cat([s, torch.zeros(n_head - n_head // 2)])
@@ -129,37 +152,42 @@ def alibi_slopes(n_head, pos_encoding, nape_slopes='linear'):
 
 
 def rope_frequencies(head_dim, theta, device, scaling='none', factor=1.0, train_length=2048):
-    """The rotary frequencies theta^(-2d/head_dim), d < head_dim/2 (head_dim/2,), and the factor on cos and sin.
-    pi    Position interpolation (Chen et al. 2023): every frequency divided by s, so that s times the
-          training length spans the angles seen in training.
-    yarn  YaRN (Peng et al. 2023, Eq. 17-21, as its code computes it): a frequency that turns more than
-          beta = 32 times over the training length L is kept, one that turns less than alpha = 1 time is
-          divided by s, and a linear ramp over the dimensions between the two (their indices rounded
-          outwards); cos and sin are scaled by 0.1 ln s + 1, which scales every logit by its square
-          (the paper's temperature, sqrt(1/t) = 0.1 ln s + 1)."""
-    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64, device=device).float() / head_dim)
+    """The rotary frequencies theta^(-2d/head_dim), d < head_dim/2 (head_dim/2,), and the factor on
+    cos and sin.
+    pi    Position interpolation (Chen et al. 2023): every frequency divided by s, so that s times
+          the training length spans the angles seen in training.
+    yarn  YaRN (Peng et al. 2023, Eq. 17-21, as its code computes it): a frequency that turns more
+          than beta = 32 times over the training length L is kept, one that turns less than
+          alpha = 1 time is divided by s, and a linear ramp over the dimensions between the two
+          (their indices rounded outwards); cos and sin are scaled by 0.1 ln s + 1, which scales
+          every logit by its square (the paper's temperature, sqrt(1/t) = 0.1 ln s + 1)."""
+    inv_freq = 1.0 / theta ** (
+        torch.arange(0, head_dim, 2, dtype=torch.int64, device=device).float() / head_dim)
     if scaling == 'pi':
         return inv_freq / factor, 1.0
     if scaling == 'yarn' and factor > 1:
         # the dimension d at which a frequency turns r times over L: L * inv_freq_d = 2 pi r
-        dim_of = lambda r: head_dim * math.log(train_length / (2 * math.pi * r)) / (2 * math.log(theta))  # noqa: E731
+        dim_of = lambda r: (head_dim * math.log(train_length / (2 * math.pi * r))  # noqa: E731
+                            / (2 * math.log(theta)))
         low, high = max(math.floor(dim_of(32)), 0), min(math.ceil(dim_of(1)), head_dim - 1)
-        ramp = ((torch.arange(head_dim // 2, device=device) - low) / max(high - low, 1e-3)).clamp(0, 1)  # 0: kept
+        ramp = ((torch.arange(head_dim // 2, device=device) - low)
+                / max(high - low, 1e-3)).clamp(0, 1)  # 0: kept
         return inv_freq * (1 - ramp) + inv_freq / factor * ramp, 0.1 * math.log(factor) + 1.0
     return inv_freq, 1.0
 
 
 def random_positions(B, T, N, device):
-    """Randomized positional encodings (Ruoss et al. 2023): for each of B sequences, T positions drawn
-    without replacement from [0, N), in increasing order. (B, T)"""
+    """Randomized positional encodings (Ruoss et al. 2023): for each of B sequences, T positions
+    drawn without replacement from [0, N), in increasing order. (B, T)"""
     return torch.rand(B, N, device=device).argsort(dim=1)[:, :T].sort(dim=1).values
 
 
 def rope_cos_sin(pos, inv_freq, scale=1.0):
-    """cos and sin of the rotary angles of positions pos (T,) or (B, T), in float32: (T, head_dim) or
-    (B, 1, T, head_dim) each, to broadcast over the heads of (B, H, T, head_dim)."""
+    """cos and sin of the rotary angles of positions pos (T,) or (B, T), in float32: (T, head_dim)
+    or (B, 1, T, head_dim) each, to broadcast over the heads of (B, H, T, head_dim)."""
     freqs = pos.float()[..., None] * inv_freq  # (..., T, head_dim/2)
-    emb = torch.cat([freqs, freqs], dim=-1)  # rotate-half convention (Llama, SmolLM3 in transformers)
+    # rotate-half convention (Llama, SmolLM3 in transformers)
+    emb = torch.cat([freqs, freqs], dim=-1)
     if emb.dim() == 3:
         emb = emb[:, None]
     return emb.cos() * scale, emb.sin() * scale
@@ -223,18 +251,25 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(config.n_embd, self.n_kv_head * self.head_dim, bias=config.bias)
         self.v_proj = nn.Linear(config.n_embd, self.n_kv_head * self.head_dim, bias=config.bias)
         self.o_proj = nn.Linear(self.n_head * self.head_dim, config.n_embd, bias=config.bias)
-        self.pre_linear = pre_linear(config.dropout_type, config.dropout, config.vpad_variant)  # the PL-D / VPAD site
+        # the PL-D / VPAD site
+        self.pre_linear = pre_linear(config.dropout_type, config.dropout, config.vpad_variant)
         self.pos_encoding = config.layer_pos_encodings()[layer_idx]
         self.window = config.layer_windows()[layer_idx]
-        self.attn_dropout, self.alpha, self.backend = config.attn_dropout, config.attn_alpha, config.attn_backend
-        self.record = None  # a probe's hook on the attention probabilities (measures.attention_entropy)
-        slopes = alibi_slopes(self.n_head, self.pos_encoding, config.nape_slopes) if self.pos_encoding in ('alibi', 'nape') else None
+        self.attn_dropout, self.alpha, self.backend = (config.attn_dropout, config.attn_alpha,
+                                                       config.attn_backend)
+        # a probe's hook on the attention probabilities (measures.attention_entropy)
+        self.record = None
+        slopes = (alibi_slopes(self.n_head, self.pos_encoding, config.nape_slopes)
+                  if self.pos_encoding in ('alibi', 'nape') else None)
         self.register_buffer('slopes', slopes, persistent=False)
-        # ASEntmax's query scale (deep-spin/asentmax): on the NoPE heads under NAPE (the last H/2), else on all
+        # ASEntmax's query scale (deep-spin/asentmax): on the NoPE heads under NAPE (the last H/2),
+        # else on all
         self.scale = config.attn_scale
         self.train_length = config.block_size  # log_length's L
-        self.n_scaled = self.n_head - self.n_head // 2 if self.pos_encoding == 'nape' else self.n_head
-        if self.scale == 'adaptive':  # beta and gamma of every scaled head, from the block's normalised input
+        self.n_scaled = (self.n_head - self.n_head // 2 if self.pos_encoding == 'nape'
+                         else self.n_head)
+        if self.scale == 'adaptive':
+            # beta and gamma of every scaled head, from the block's normalised input
             self.scale_proj = nn.Linear(config.n_embd, 2 * self.n_scaled, bias=True)
         elif self.scale == 'static':  # one beta and gamma per scaled head
             self.scale_beta = nn.Parameter(torch.empty(self.n_scaled).uniform_(0.1, 1.0))
@@ -245,9 +280,12 @@ class Attention(nn.Module):
     def forward(self, x, rope=None, cache=None):
         B, T, _ = x.shape
         # PL-D / VPAD (Fig. 2, right): on the input of each projection, a mask of its own each call
-        q = self.q_proj(self.pre_linear(x)).view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, hd)
-        k = self.k_proj(self.pre_linear(x)).view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)  # (B, Hkv, T, hd)
-        v = self.v_proj(self.pre_linear(x)).view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)  # (B, Hkv, T, hd)
+        q = self.q_proj(self.pre_linear(x)).view(
+            B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, hd)
+        k = self.k_proj(self.pre_linear(x)).view(
+            B, T, self.n_kv_head, self.head_dim).transpose(1, 2)  # (B, Hkv, T, hd)
+        v = self.v_proj(self.pre_linear(x)).view(
+            B, T, self.n_kv_head, self.head_dim).transpose(1, 2)  # (B, Hkv, T, hd)
         if self.pos_encoding == 'rope':
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         q_start = k_start = 0 if cache is None else cache.pos
@@ -257,8 +295,9 @@ class Attention(nn.Module):
         if cache is not None:
             k, v, k_start = cache.update(self.layer_idx, k, v, self.window)
         dropout_p = self.attn_dropout if self.training else 0.0
-        y = attention(q, k, v, q_start=q_start, k_start=k_start, slopes=self.slopes, window=self.window,
-                      dropout_p=dropout_p, backend=self.backend, alpha=self.alpha, record=self.record)
+        y = attention(q, k, v, q_start=q_start, k_start=k_start, slopes=self.slopes,
+                      window=self.window, dropout_p=dropout_p, backend=self.backend,
+                      alpha=self.alpha, record=self.record)
         y = y.transpose(1, 2).reshape(B, T, self.n_head * self.head_dim)  # (B, T, H*hd)
         return self.o_proj(self.pre_linear(y))
 
@@ -266,12 +305,15 @@ class Attention(nn.Module):
         """The factor s of the scaled heads' queries at positions start.. (B or 1, n_scaled, T, 1):
         adaptive  s = 1 + softplus(w_b x_t + b_b) * log(t+2)^(2 tanh(w_g x_t + b_g))   (ASEntmax)
         static    s = 1 + beta_h * log(t+2)^gamma_h
-        ssmax     s = beta_h * log(t+2)                                                       (SSMax)
-        log_length  s = max(1, log(t+1) / log(L)), L the training length: 1 inside it, so that it needs no
-                  training; beyond, the logits grow with the log of the keys seen (Chiang and Cholak 2022)"""
-        t = torch.arange(start, start + x.size(1), device=x.device, dtype=torch.float32)[:, None]  # (T, 1)
+        ssmax     s = beta_h * log(t+2)                                                    (SSMax)
+        log_length  s = max(1, log(t+1) / log(L)), L the training length: 1 inside it, so that it
+                  needs no training; beyond, the logits grow with the log of the keys seen (Chiang
+                  and Cholak 2022)"""
+        t = torch.arange(start, start + x.size(1), device=x.device,
+                         dtype=torch.float32)[:, None]  # (T, 1)
         if self.scale == 'log_length':
-            return (torch.log(t + 1) / math.log(self.train_length)).clamp(min=1)[None, None]  # (1, 1, T, 1)
+            # (1, 1, T, 1)
+            return (torch.log(t + 1) / math.log(self.train_length)).clamp(min=1)[None, None]
         log_t = torch.log(t + 2)
         if self.scale == 'adaptive':
             beta, gamma = self.scale_proj(x).float().chunk(2, dim=-1)  # (B, T, n_scaled) each
@@ -292,7 +334,8 @@ class MLP(nn.Module):
             self.gate_proj = nn.Linear(config.n_embd, ffn_dim, bias=config.bias)
         self.up_proj = nn.Linear(config.n_embd, ffn_dim, bias=config.bias)
         self.down_proj = nn.Linear(ffn_dim, config.n_embd, bias=config.bias)
-        self.pre_linear = pre_linear(config.dropout_type, config.dropout, config.vpad_variant)  # the PL-D / VPAD site
+        # the PL-D / VPAD site
+        self.pre_linear = pre_linear(config.dropout_type, config.dropout, config.vpad_variant)
 
     def forward(self, x):
         # PL-D / VPAD on the input of each projection, a mask of its own each call
@@ -325,7 +368,8 @@ class Transformer(nn.Module):
         super().__init__()
         self.config = config
         self.wte = nn.Embedding(config.vocab_size, config.n_embd)
-        self.wpe = nn.Embedding(config.block_size, config.n_embd) if config.pos_encoding == 'learned' else None
+        self.wpe = (nn.Embedding(config.block_size, config.n_embd)
+                    if config.pos_encoding == 'learned' else None)
         self.layers = nn.ModuleList([Block(config, i) for i in range(config.n_layer)])
         self.norm_f = Norm(config)
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
@@ -338,7 +382,8 @@ class Transformer(nn.Module):
             if name.endswith('bias'):
                 nn.init.zeros_(p)
             elif p.dim() == 2:
-                std = 0.02 / math.sqrt(2 * config.n_layer) if name.endswith(('o_proj.weight', 'down_proj.weight')) else 0.02
+                std = (0.02 / math.sqrt(2 * config.n_layer)
+                       if name.endswith(('o_proj.weight', 'down_proj.weight')) else 0.02)
                 nn.init.normal_(p, mean=0.0, std=std)
 
     def num_params(self, non_embedding=True):
@@ -360,8 +405,8 @@ class Transformer(nn.Module):
         x = self.wte(idx)  # (B, T, C)
         if self.wpe is not None:
             if start + T > self.config.block_size:
-                raise ValueError(f"learned absolute positions cover block_size = {self.config.block_size} tokens; "
-                                 f"this input reaches {start + T}")
+                raise ValueError(f"learned absolute positions cover block_size = "
+                                 f"{self.config.block_size} tokens; this input reaches {start + T}")
             x = x + self.wpe(torch.arange(start, start + T, device=idx.device))
         rope = self.rope(idx, start) if self.uses_rope else None
         for block in self.layers:
@@ -371,10 +416,11 @@ class Transformer(nn.Module):
         return self.norm_f(x)
 
     def rope(self, idx, start):
-        """cos and sin of the RoPE layers for the positions of idx (B, T) from start: rope_cos_sin."""
+        """cos and sin of the RoPE layers for the positions of idx (B, T) from start:
+        rope_cos_sin."""
         c, (B, T) = self.config, idx.shape
-        inv_freq, scale = rope_frequencies(self.head_dim, c.rope_theta, idx.device, c.rope_scaling, c.rope_factor,
-                                           c.block_size)
+        inv_freq, scale = rope_frequencies(self.head_dim, c.rope_theta, idx.device, c.rope_scaling,
+                                           c.rope_factor, c.block_size)
         pos = torch.arange(start, start + T, device=idx.device)  # (T,)
         if self.training and c.rope_random:  # randomized positions, in training only
             pos = random_positions(B, T, c.rope_random * T, idx.device)  # (B, T)
@@ -385,7 +431,8 @@ class Transformer(nn.Module):
         if targets is None:  # inference: only the last position goes through the head
             return self.lm_head(x[:, [-1], :]), None
         logits = self.lm_head(x)  # (B, T, V)
-        loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
+        loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1),
+                               ignore_index=-1)
         return logits, loss
 
     @torch.no_grad()
@@ -394,8 +441,10 @@ class Transformer(nn.Module):
         chunk through the KV cache: never T x T scores nor T x vocab logits at once."""
         cache, out = self.new_cache(), []
         for s in range(0, idx.size(1), chunk_size):
-            logits = self.lm_head(self.hidden(idx[:, s:s + chunk_size], cache)).float()  # (B, chunk, V)
-            out.append(F.cross_entropy(logits.transpose(1, 2), targets[:, s:s + chunk_size], reduction='none', ignore_index=-1))
+            # (B, chunk, V)
+            logits = self.lm_head(self.hidden(idx[:, s:s + chunk_size], cache)).float()
+            out.append(F.cross_entropy(logits.transpose(1, 2), targets[:, s:s + chunk_size],
+                                       reduction='none', ignore_index=-1))
         return torch.cat(out, dim=1)
 
     @torch.no_grad()
@@ -420,5 +469,6 @@ class Transformer(nn.Module):
         scores and their values, 12 * H * hd * (keys seen) per layer, with the window for sliding
         layers and every key counted (as PaLM and nanoGPT; causal kernels skip about half)."""
         c = self.config
-        attn = sum(12 * c.n_head * self.head_dim * (min(T, w) if w else T) for w in c.layer_windows())
+        attn = sum(12 * c.n_head * self.head_dim * (min(T, w) if w else T)
+                   for w in c.layer_windows())
         return 6 * (self.num_params() + c.vocab_size * c.n_embd) + attn

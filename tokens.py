@@ -5,7 +5,8 @@ Tokenizers, named by a small spec dict that travels in every checkpoint:
     {'kind': 'byte'}                          the 256 bytes, and <|endoftext|> = 256; works offline
     {'kind': 'gpt2', 'path': None}            GPT-2's BPE through tiktoken (path: a .tiktoken file)
     {'kind': 'hf', 'path': 'tokenizer.json', 'eot': '<|end_of_text|>'}   a Hugging Face tokenizer
-    {'kind': 'symbols', 'n_vocab': 32, 'eot': 3}   the symbols of a synthetic task (tasks.py), as numbers
+    {'kind': 'symbols', 'n_vocab': 32, 'eot': 3}   the symbols of a synthetic task (tasks.py), as
+                                                   numbers
 
 Shards: a 64-byte header of int64 (magic, version, bytes per token, token count), then the
 tokens as uint16 (when the vocab fits) or uint32. A split is every `{split}*.bin` in a folder,
@@ -26,7 +27,8 @@ MAGIC, VERSION, HEADER_INTS = 20261129, 1, 8
 EOT = '<|endoftext|>'
 # GPT-2's pre-tokenisation pattern (tiktoken r50k_base)
 R50K_PAT = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
-GPT2_SHA256 = '306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930'  # r50k_base.tiktoken
+# r50k_base.tiktoken
+GPT2_SHA256 = '306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930'
 
 
 # -----------------------------------------------------------------------------
@@ -40,11 +42,13 @@ class Tokenizer:
         kind = spec.get('kind')
         self.hf = None
         if kind == 'byte':
-            self.enc = tiktoken.Encoding(name='byte', pat_str=R50K_PAT, mergeable_ranks={bytes([i]): i for i in range(256)},
+            self.enc = tiktoken.Encoding(name='byte', pat_str=R50K_PAT,
+                                         mergeable_ranks={bytes([i]): i for i in range(256)},
                                          special_tokens={EOT: 256})
         elif kind == 'gpt2':
             ranks = load_tiktoken_bpe(gpt2_ranks_file(spec.get('path')), expected_hash=GPT2_SHA256)
-            self.enc = tiktoken.Encoding(name='gpt2', pat_str=R50K_PAT, mergeable_ranks=ranks, special_tokens={EOT: 50256})
+            self.enc = tiktoken.Encoding(name='gpt2', pat_str=R50K_PAT, mergeable_ranks=ranks,
+                                         special_tokens={EOT: 50256})
         elif kind == 'hf':
             from tokenizers import Tokenizer as HFTokenizer
             path = spec['path']
@@ -56,19 +60,22 @@ class Tokenizer:
             self.n_vocab, self.eot = spec['n_vocab'], spec['eot']
             return
         else:
-            raise ValueError(f"unknown tokenizer kind {kind!r}: use 'byte', 'gpt2', 'hf' or 'symbols'")
+            raise ValueError(f"unknown tokenizer kind {kind!r}: use 'byte', 'gpt2', 'hf' or "
+                             f"'symbols'")
         if self.hf is not None:
             self.n_vocab = self.hf.get_vocab_size(with_added_tokens=True)
             self.eot = self.hf.token_to_id(spec.get('eot', EOT))
             if self.eot is None:
-                raise ValueError(f"the tokenizer at {spec['path']} has no token {spec.get('eot', EOT)!r}: set 'eot' in its spec")
+                raise ValueError(f"the tokenizer at {spec['path']} has no token "
+                                 f"{spec.get('eot', EOT)!r}: set 'eot' in its spec")
         else:
             self.n_vocab, self.eot = self.enc.n_vocab, self.enc.eot_token
 
     def encode(self, text):
         if self.spec['kind'] == 'symbols':
             return [int(t) for t in text.split()]
-        return self.hf.encode(text, add_special_tokens=False).ids if self.hf else self.enc.encode_ordinary(text)
+        return (self.hf.encode(text, add_special_tokens=False).ids if self.hf
+                else self.enc.encode_ordinary(text))
 
     def encode_prompt(self, text):
         """A prompt as a Hugging Face pipeline feeds it (RULER's wrapper calls tokenizer(prompt)):
@@ -77,7 +84,8 @@ class Tokenizer:
         return self.hf.encode(text).ids if self.hf else self.encode(text)
 
     def encode_batch(self, texts):
-        """Many texts at once, in parallel threads (tiktoken and tokenizers both release the GIL)."""
+        """Many texts at once, in parallel threads (tiktoken and tokenizers both release the
+        GIL)."""
         if self.spec['kind'] == 'symbols':
             return [self.encode(t) for t in texts]
         if self.hf:
@@ -87,7 +95,8 @@ class Tokenizer:
     def decode(self, ids):
         if self.spec['kind'] == 'symbols':
             return ' '.join(str(int(t)) for t in ids)
-        return self.hf.decode(list(ids), skip_special_tokens=False) if self.hf else self.enc.decode(list(ids))
+        return (self.hf.decode(list(ids), skip_special_tokens=False) if self.hf
+                else self.enc.decode(list(ids)))
 
 
 def same_tokenizer(a, b):
@@ -116,8 +125,9 @@ def gpt2_ranks_file(path=None):
         tiktoken.get_encoding('r50k_base')
         return 'https://openaipublic.blob.core.windows.net/encodings/r50k_base.tiktoken'
     except Exception as e:
-        raise RuntimeError("GPT-2's BPE file is not available offline: `pip install --no-deps openai-whisper` "
-                           "(it ships gpt2.tiktoken), or give the tokenizer spec a 'path' to a .tiktoken file") from e
+        raise RuntimeError("GPT-2's BPE file is not available offline: "
+                           "`pip install --no-deps openai-whisper` (it ships gpt2.tiktoken), "
+                           "or give the tokenizer spec a 'path' to a .tiktoken file") from e
 
 
 # -----------------------------------------------------------------------------
@@ -128,7 +138,8 @@ def write_shard(path, tokens, vocab_size):
     dtype = np.uint16 if vocab_size <= 2 ** 16 else np.uint32
     tokens = np.asarray(tokens)
     if tokens.size and (tokens.min() < 0 or tokens.max() >= vocab_size):
-        raise ValueError(f"token ids must lie in [0, {vocab_size}), got [{tokens.min()}, {tokens.max()}]")
+        raise ValueError(f"token ids must lie in [0, {vocab_size}), got [{tokens.min()}, "
+                         f"{tokens.max()}]")
     header = np.zeros(HEADER_INTS, dtype=np.int64)
     header[:4] = MAGIC, VERSION, np.dtype(dtype).itemsize, tokens.size
     tmp = path + '.tmp'
@@ -142,9 +153,11 @@ def read_shard(path):
     """The tokens of a shard as a read-only memmap."""
     header = np.fromfile(path, dtype=np.int64, count=HEADER_INTS)
     if header.size < 4 or header[0] != MAGIC:
-        raise ValueError(f"{path} is not a token shard (bad magic number); re-run the data's prepare.py")
+        raise ValueError(f"{path} is not a token shard (bad magic number); re-run the data's "
+                         f"prepare.py")
     if header[1] != VERSION:
-        raise ValueError(f"{path} has shard version {header[1]}, this code reads version {VERSION}; re-run prepare.py")
+        raise ValueError(f"{path} has shard version {header[1]}, this code reads version "
+                         f"{VERSION}; re-run prepare.py")
     dtype = {2: np.uint16, 4: np.uint32}.get(int(header[2]))
     size = 8 * HEADER_INTS + header[2] * header[3]  # the bytes the header promises
     if dtype is None or header[3] < 0 or os.path.getsize(path) < size:
@@ -154,8 +167,9 @@ def read_shard(path):
 
 
 def prepare_command(data_dir, max_tokens=None):
-    """The command that makes data_dir, for error messages: data/<name>/prepare.py --tokenizer=<kind>,
-    and --max_tokens for the scripts that stream a corpus (their default is all of it)."""
+    """The command that makes data_dir, for error messages:
+    data/<name>/prepare.py --tokenizer=<kind>, and --max_tokens for the scripts that stream a
+    corpus (their default is all of it)."""
     d = os.path.normpath(data_dir)
     script = os.path.join(os.path.dirname(d), 'prepare.py')
     if not os.path.exists(script):
@@ -163,11 +177,13 @@ def prepare_command(data_dir, max_tokens=None):
     if os.path.basename(d) in ('byte', 'gpt2'):  # prepare.py writes data/<name>/<tokenizer>
         command = f"python {script} --tokenizer={os.path.basename(d)}"
     else:
-        command = f"python {script} --tokenizer=byte --out_dir={d}"  # not --tokenizer=<d's name>: no such tokenizer
+        # not --tokenizer=<d's name>: no such tokenizer
+        command = f"python {script} --tokenizer=byte --out_dir={d}"
     with open(script) as f:
         if not max_tokens or "'--max_tokens'" not in f.read():
             return command
-    return command + f" --max_tokens={f'{max_tokens / 1e9:g}e9' if max_tokens >= 1e9 else int(max_tokens)}"
+    return command + (
+        f" --max_tokens={f'{max_tokens / 1e9:g}e9' if max_tokens >= 1e9 else int(max_tokens)}")
 
 
 class TokenData:
@@ -178,8 +194,9 @@ class TokenData:
         files = sorted(glob.glob(os.path.join(data_dir, f'{split}*.bin')))
         meta_path = os.path.join(data_dir, 'meta.json')
         if not files or not os.path.exists(meta_path):  # tokens_wanted: the run's, for the hint
-            raise FileNotFoundError(f"no {split} data in {data_dir} (expected {split}*.bin and meta.json): "
-                                    f"run `{prepare_command(data_dir, tokens_wanted)}` first")
+            raise FileNotFoundError(f"no {split} data in {data_dir} (expected {split}*.bin and "
+                                    f"meta.json): run `{prepare_command(data_dir, tokens_wanted)}` "
+                                    f"first")
         with open(meta_path) as f:
             try:
                 self.meta = json.load(f)
@@ -191,9 +208,11 @@ class TokenData:
             raise ValueError(f"{meta_path} is not the meta.json of a prepared dataset (tokenizer, "
                              f"vocab_size, eot): run `{command}` again")
         self.shards = [read_shard(p) for p in files]
-        if limit:  # only the first `limit` tokens (a small corpus to over-fit, for regularization studies)
+        # only the first `limit` tokens (a small corpus to over-fit, for regularization studies)
+        if limit:
             ends = np.minimum(np.cumsum([len(s) for s in self.shards]), limit)
-            self.shards = [s[:e - b] for s, b, e in zip(self.shards, np.concatenate([[0], ends[:-1]]), ends) if e > b]
+            self.shards = [s[:e - b] for s, b, e in
+                           zip(self.shards, np.concatenate([[0], ends[:-1]]), ends) if e > b]
         self.sizes = np.array([len(s) for s in self.shards], dtype=np.int64)
         self.eot = self.meta['eot']
 
@@ -204,8 +223,10 @@ class TokenData:
         """batch_size random windows of T+1 tokens -> inputs and targets, int64 (B, T) each."""
         ok = self.sizes > T
         if not ok.any():
-            raise ValueError(f"every shard holds {self.sizes.max()} tokens or fewer, too few for windows of {T + 1}")
-        shard = rng.choice(len(self.shards), size=batch_size, p=ok * self.sizes / (ok * self.sizes).sum())
+            raise ValueError(f"every shard holds {self.sizes.max()} tokens or fewer, too few for "
+                             f"windows of {T + 1}")
+        shard = rng.choice(len(self.shards), size=batch_size,
+                           p=ok * self.sizes / (ok * self.sizes).sum())
         rows = []
         for s in shard:
             i = rng.integers(0, self.sizes[s] - T)
@@ -229,8 +250,10 @@ class TokenData:
         one document. (n, length+1) int64, or None if no document is long enough."""
         spans = [s for s in self.doc_spans() if s[2] - s[1] > length]
         picks = []
-        for j in range(min(max((b - a) // (length + 1) for _, a, b in spans) if spans else 0, per_document or 1 << 62)):
-            picks += [(i, a + j * (length + 1)) for i, a, b in spans if a + (j + 1) * (length + 1) <= b]
+        for j in range(min(max((b - a) // (length + 1) for _, a, b in spans) if spans else 0,
+                           per_document or 1 << 62)):
+            picks += [(i, a + j * (length + 1)) for i, a, b in spans
+                      if a + (j + 1) * (length + 1) <= b]
         rows = [np.asarray(self.shards[i][a:a + length + 1], dtype=np.int64) for i, a in picks[:n]]
         return torch.from_numpy(np.stack(rows)) if rows else None
 
@@ -239,36 +262,38 @@ def training_data(data_dir, block_size, train_tokens=0, max_tokens=None):
     """train.py's two splits of data_dir, each with a shard longer than block_size (SystemExit
     with what to do otherwise)."""
     try:
-        train, val = TokenData(data_dir, 'train', train_tokens, max_tokens), TokenData(data_dir, 'val')
+        train, val = (TokenData(data_dir, 'train', train_tokens, max_tokens),
+                      TokenData(data_dir, 'val'))
     except (FileNotFoundError, ValueError) as e:
         raise SystemExit(str(e))
     for split, d in (('train', train), ('val', val)):
         if d.sizes.max() <= block_size:
-            raise SystemExit(f"config error: block_size = {block_size}, but no {split} shard of {data_dir} holds "
-                             f"more than {d.sizes.max():,} tokens: windows of block_size + 1 do not fit; use a "
-                             f"shorter block_size")
+            raise SystemExit(f"config error: block_size = {block_size}, but no {split} shard of "
+                             f"{data_dir} holds more than {d.sizes.max():,} tokens: windows of "
+                             f"block_size + 1 do not fit; use a shorter block_size")
     return train, val
 
 
 def micro_batches(tokens_per_batch, block_size, world, batch_size):
     """A step's tokens_per_batch // block_size sequences go in micro-batches of the largest size up
-    to batch_size that splits them evenly over the `world` processes -> (micro-batch size, micro-steps).
-    SystemExit if the sequences do not split over the processes."""
+    to batch_size that splits them evenly over the `world` processes -> (micro-batch size,
+    micro-steps). SystemExit if the sequences do not split over the processes."""
     sequences = tokens_per_batch // block_size
     if tokens_per_batch % block_size or sequences < 1:
-        raise SystemExit(f"config error: tokens_per_batch ({tokens_per_batch}) must be a positive multiple of "
-                         f"block_size ({block_size})")
+        raise SystemExit(f"config error: tokens_per_batch ({tokens_per_batch}) must be a positive "
+                         f"multiple of block_size ({block_size})")
     if sequences % world:
         counts = ', '.join(str(n) for n in range(1, sequences + 1) if sequences % n == 0)
-        raise SystemExit(f"config error: the {sequences} sequences of a step (tokens_per_batch / block_size) do not "
-                         f"split over {world} processes: use a process count that divides {sequences} ({counts}) or "
-                         f"another tokens_per_batch")
+        raise SystemExit(f"config error: the {sequences} sequences of a step (tokens_per_batch / "
+                         f"block_size) do not split over {world} processes: use a process count "
+                         f"that divides {sequences} ({counts}) or another tokens_per_batch")
     per_process = sequences // world
     micro = max(b for b in range(1, min(batch_size, per_process) + 1) if per_process % b == 0)
     return micro, per_process // micro
 
 
-TRAIN, VAL = 0, 1  # the streams of batch_rng: batch_rng(seed, TRAIN, step, micro-batch), batch_rng(seed, VAL, i)
+# the streams of batch_rng: batch_rng(seed, TRAIN, step, micro-batch), batch_rng(seed, VAL, i)
+TRAIN, VAL = 0, 1
 
 
 def batch_rng(seed, *keys):

@@ -1,7 +1,8 @@
 """
 Released weights, in and out: Hugging Face repo ids (org/name[@revision]) resolved through the
-hub's cache; SmolLM3 folders in the Hugging Face layout, read and written (tools/export_hf.py, lm-eval);
-state-spaces' and transformers' Mamba2 folders read, and a Mamba2 handed to transformers.
+hub's cache; SmolLM3 folders in the Hugging Face layout, read and written (tools/export_hf.py,
+lm-eval); state-spaces' and transformers' Mamba2 folders read, and a Mamba2 handed to
+transformers.
 Not our own checkpoints (ckpt_*.pt, their atomic writes, the model registry): checkpoint.py.
 """
 
@@ -20,7 +21,8 @@ HUB_ID = re.compile(r'[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w./-]+)?')
 
 
 def hub_id(path):
-    """Whether path reads as a Hugging Face repo id (org/name[@revision]) rather than a local path."""
+    """Whether path reads as a Hugging Face repo id (org/name[@revision]) rather than a local
+    path."""
     return not os.path.exists(path) and bool(HUB_ID.fullmatch(path)) and not path.endswith('.pt')
 
 
@@ -34,11 +36,14 @@ def local(path):
     try:
         from huggingface_hub import snapshot_download
         return snapshot_download(repo, revision=revision or None,
-                                 allow_patterns=['*.json', '*.safetensors', '*.bin', '*.txt', '*.model'])
-    except Exception as e:  # offline and not cached, no such repo, no huggingface_hub: say what to do
-        raise ValueError(f"{path} is no local file or folder, and the hub's copy is not at hand ({type(e).__name__}): "
-                         f"download it once online (huggingface-cli download {repo}"
-                         f"{f' --revision {revision}' if revision else ''}), or give a local folder") from None
+                                 allow_patterns=['*.json', '*.safetensors', '*.bin', '*.txt',
+                                                 '*.model'])
+    except Exception as e:
+        # offline and not cached, no such repo, no huggingface_hub: say what to do
+        raise ValueError(f"{path} is no local file or folder, and the hub's copy is not at hand "
+                         f"({type(e).__name__}): download it once online (huggingface-cli "
+                         f"download {repo}{f' --revision {revision}' if revision else ''}), or "
+                         f"give a local folder") from None
 
 
 def load_folder(path):
@@ -47,7 +52,8 @@ def load_folder(path):
     no tokenizer.json), step."""
     config = os.path.join(path, 'config.json')
     if not os.path.exists(config):
-        raise ValueError(f"{path} is a folder without config.json: not a SmolLM3 or Mamba2 checkpoint")
+        raise ValueError(f"{path} is a folder without config.json: not a SmolLM3 or Mamba2 "
+                         f"checkpoint")
     with open(config) as f:
         try:
             kind = json.load(f)
@@ -55,7 +61,8 @@ def load_folder(path):
             raise ValueError(f"{config} is not JSON ({e})") from None
     if not isinstance(kind, dict):
         raise ValueError(f"{config} is not a model config (a JSON object)")
-    kind = 'mamba2' if 'd_model' in kind or kind.get('model_type') == 'mamba2' else kind.get('model_type')
+    kind = ('mamba2' if 'd_model' in kind or kind.get('model_type') == 'mamba2'
+            else kind.get('model_type'))
     if kind not in ('smollm3', 'mamba2'):
         raise ValueError(f"{path} holds a {kind!r} model: only SmolLM3 and Mamba2 folders load")
     try:
@@ -68,13 +75,15 @@ def load_folder(path):
     tokenizer = None
     if os.path.exists(os.path.join(path, 'tokenizer.json')):
         eot = EOT if kind == 'mamba2' else '<|end_of_text|>'
-        if os.path.exists(os.path.join(path, 'tokenizer_config.json')):  # the eos token it names, if any
+        # the eos token it names, if any
+        if os.path.exists(os.path.join(path, 'tokenizer_config.json')):
             with open(os.path.join(path, 'tokenizer_config.json')) as f:
                 eos = json.load(f).get('eos_token') or eot
             eot = eos['content'] if isinstance(eos, dict) else eos
-        tokenizer = {'kind': 'hf', 'path': os.path.abspath(os.path.join(path, 'tokenizer.json')), 'eot': eot}
-    return {'model': state, 'model_type': 'mamba2' if kind == 'mamba2' else 'transformer', 'model_args': args,
-            'tokenizer': tokenizer, 'step': 0}
+        tokenizer = {'kind': 'hf', 'path': os.path.abspath(os.path.join(path, 'tokenizer.json')),
+                     'eot': eot}
+    return {'model': state, 'model_type': 'mamba2' if kind == 'mamba2' else 'transformer',
+            'model_args': args, 'tokenizer': tokenizer, 'step': 0}
 
 
 # -----------------------------------------------------------------------------
@@ -86,28 +95,38 @@ def hf_name(name):
     name = re.sub(r'^layers\.(\d+)\.norm2\.', r'model.layers.\1.post_attention_layernorm.', name)
     name = re.sub(r'^layers\.(\d+)\.attn\.', r'model.layers.\1.self_attn.', name)
     name = re.sub(r'^layers\.(\d+)\.mlp\.', r'model.layers.\1.mlp.', name)
-    return {'wte.weight': 'model.embed_tokens.weight', 'norm_f.weight': 'model.norm.weight'}.get(name, name)
+    return {'wte.weight': 'model.embed_tokens.weight',
+            'norm_f.weight': 'model.norm.weight'}.get(name, name)
 
 
 def smollm3_args(cfg):
     """transformers' SmolLM3 config (a dict) -> TransformerConfig arguments. The sliding windows
     come from `layer_types` when given, else by transformers' own rule (its NoPE layers slide)."""
     if cfg.get('model_type') != 'smollm3':
-        raise ValueError(f"not a SmolLM3 checkpoint: its config.json has model_type {cfg.get('model_type')!r}")
-    rope = cfg.get('rope_parameters') or {'rope_theta': cfg.get('rope_theta', 2e6), 'rope_type': cfg.get('rope_scaling') or 'default'}
-    if rope.get('rope_type', 'default') != 'default' or cfg.get('hidden_act', 'silu') != 'silu' or cfg.get('mlp_bias'):
+        raise ValueError(f"not a SmolLM3 checkpoint: its config.json has model_type "
+                         f"{cfg.get('model_type')!r}")
+    rope = cfg.get('rope_parameters') or {'rope_theta': cfg.get('rope_theta', 2e6),
+                                          'rope_type': cfg.get('rope_scaling') or 'default'}
+    if (rope.get('rope_type', 'default') != 'default' or cfg.get('hidden_act', 'silu') != 'silu'
+            or cfg.get('mlp_bias')):
         raise ValueError(f"only default RoPE, SiLU and bias-free MLPs are supported, not {rope}, "
                          f"{cfg.get('hidden_act')}, mlp_bias={cfg.get('mlp_bias')}")
     L = cfg['num_hidden_layers']
-    has_rope = cfg.get('no_rope_layers') or [int((i + 1) % cfg.get('no_rope_layer_interval', 4) != 0) for i in range(L)]
-    types = cfg.get('layer_types') or ['sliding_attention' if cfg.get('use_sliding_window') and cfg.get('sliding_window')
-                                       and not r else 'full_attention' for r in has_rope]  # transformers: NoPE layers slide
-    args = dict(vocab_size=cfg['vocab_size'], block_size=cfg.get('max_position_embeddings', 4096), n_layer=L,
-                n_head=cfg['num_attention_heads'], n_kv_head=cfg['num_key_value_heads'], n_embd=cfg['hidden_size'],
+    has_rope = cfg.get('no_rope_layers') or [
+        int((i + 1) % cfg.get('no_rope_layer_interval', 4) != 0) for i in range(L)]
+    # transformers: NoPE layers slide
+    types = cfg.get('layer_types') or [
+        'sliding_attention' if cfg.get('use_sliding_window') and cfg.get('sliding_window') and not r
+        else 'full_attention' for r in has_rope]
+    args = dict(vocab_size=cfg['vocab_size'], block_size=cfg.get('max_position_embeddings', 4096),
+                n_layer=L, n_head=cfg['num_attention_heads'], n_kv_head=cfg['num_key_value_heads'],
+                n_embd=cfg['hidden_size'],
                 head_dim=cfg.get('head_dim') or cfg['hidden_size'] // cfg['num_attention_heads'],
-                ffn_dim=cfg['intermediate_size'], mlp='swiglu', norm='rmsnorm', norm_eps=cfg['rms_norm_eps'],
-                bias=cfg.get('attention_bias', False), tie_embeddings=cfg.get('tie_word_embeddings', True),
-                pos_encoding=['rope' if r else 'nope' for r in has_rope], rope_theta=float(rope['rope_theta']),
+                ffn_dim=cfg['intermediate_size'], mlp='swiglu', norm='rmsnorm',
+                norm_eps=cfg['rms_norm_eps'], bias=cfg.get('attention_bias', False),
+                tie_embeddings=cfg.get('tie_word_embeddings', True),
+                pos_encoding=['rope' if r else 'nope' for r in has_rope],
+                rope_theta=float(rope['rope_theta']),
                 window=[cfg['sliding_window'] if t == 'sliding_attention' else 0 for t in types])
     return args
 
@@ -126,7 +145,8 @@ def load_smollm3(folder):
         files = ['model.safetensors']
     missing = [f for f in files if not os.path.exists(os.path.join(folder, f))]
     if missing:
-        raise FileNotFoundError(f"{folder} lacks {len(missing)} of its {len(files)} weight files: {', '.join(missing[:3])}")
+        raise FileNotFoundError(f"{folder} lacks {len(missing)} of its {len(files)} weight files: "
+                                f"{', '.join(missing[:3])}")
     theirs = {}
     for f in files:
         theirs.update(load_file(os.path.join(folder, f)))
@@ -148,14 +168,17 @@ def save_smollm3(model, folder, source_dir=None, shard_bytes=5 * 2 ** 30, dtype=
     # everything transformers' SmolLM3 would silently compute differently (its attention is
     # softmax without a query scale; the scale's weights would be dropped as unexpected keys)
     problems = [what for what, bad in (
-        (f"mlp={c.mlp!r}", c.mlp != 'swiglu'), (f"norm={c.norm!r}", c.norm != 'rmsnorm'), ('biases', c.bias),
+        (f"mlp={c.mlp!r}", c.mlp != 'swiglu'), (f"norm={c.norm!r}", c.norm != 'rmsnorm'),
+        ('biases', c.bias),
         (f"pos_encoding {sorted(set(pos) - {'rope', 'nope'})}", set(pos) - {'rope', 'nope'}),
         (f"windows {sorted(set(windows) - {0})}", len(set(windows) - {0}) > 1),
-        (f"attn_alpha={c.attn_alpha} (entmax)", c.attn_alpha != 1), (f"attn_scale={c.attn_scale!r}", c.attn_scale != 'none'))
+        (f"attn_alpha={c.attn_alpha} (entmax)", c.attn_alpha != 1),
+        (f"attn_scale={c.attn_scale!r}", c.attn_scale != 'none'))
         if bad]
     if problems:
-        raise ValueError("SmolLM3's layout needs SwiGLU, RMSNorm, no biases, RoPE or NoPE layers, one window size and "
-                         f"softmax attention without a query scale; this model has {', '.join(problems)}")
+        raise ValueError("SmolLM3's layout needs SwiGLU, RMSNorm, no biases, RoPE or NoPE layers, "
+                         "one window size and softmax attention without a query scale; this model "
+                         f"has {', '.join(problems)}")
     source = {}
     if source_dir and os.path.exists(os.path.join(source_dir, "config.json")):
         with open(os.path.join(source_dir, "config.json")) as f:
@@ -173,18 +196,24 @@ def save_smollm3(model, folder, source_dir=None, shard_bytes=5 * 2 ** 30, dtype=
             return [i for i in v if inside(i)] or None
         return v if inside(v) else None
     W = max(windows)
-    cfg = {'architectures': ['SmolLM3ForCausalLM'], 'model_type': 'smollm3', 'vocab_size': c.vocab_size,
-           'hidden_size': c.n_embd, 'intermediate_size': c.ffn_dim or 4 * c.n_embd, 'num_hidden_layers': c.n_layer,
-           'num_attention_heads': c.n_head, 'num_key_value_heads': c.n_kv_head or c.n_head, 'head_dim': model.head_dim,
-           'hidden_act': 'silu', 'rms_norm_eps': c.norm_eps, 'attention_bias': False, 'mlp_bias': False,
+    cfg = {'architectures': ['SmolLM3ForCausalLM'], 'model_type': 'smollm3',
+           'vocab_size': c.vocab_size, 'hidden_size': c.n_embd,
+           'intermediate_size': c.ffn_dim or 4 * c.n_embd, 'num_hidden_layers': c.n_layer,
+           'num_attention_heads': c.n_head, 'num_key_value_heads': c.n_kv_head or c.n_head,
+           'head_dim': model.head_dim, 'hidden_act': 'silu', 'rms_norm_eps': c.norm_eps,
+           'attention_bias': False, 'mlp_bias': False,
            'rope_parameters': {'rope_theta': c.rope_theta, 'rope_type': 'default'},
-           'no_rope_layers': [int(p == 'rope') for p in pos], 'use_sliding_window': bool(W), 'sliding_window': W or None,
+           'no_rope_layers': [int(p == 'rope') for p in pos], 'use_sliding_window': bool(W),
+           'sliding_window': W or None,
            'layer_types': ['sliding_attention' if w else 'full_attention' for w in windows],
            'max_position_embeddings': source.get('max_position_embeddings', c.block_size),
-           'tie_word_embeddings': c.tie_embeddings, 'torch_dtype': str(dtype).removeprefix('torch.'),
+           'tie_word_embeddings': c.tie_embeddings,
+           'torch_dtype': str(dtype).removeprefix('torch.'),
            **{k: token_id(k) for k in ('bos_token_id', 'eos_token_id', 'pad_token_id')}}
-    os.makedirs(folder, exist_ok=True)  # tools/export_hf.py gives it a new temporary folder
-    state = {hf_name(k): v.detach().to('cpu', dtype).contiguous() for k, v in model.state_dict().items()
+    # tools/export_hf.py gives it a new temporary folder
+    os.makedirs(folder, exist_ok=True)
+    state = {hf_name(k): v.detach().to('cpu', dtype).contiguous()
+             for k, v in model.state_dict().items()
              if not (c.tie_embeddings and k == 'lm_head.weight')}
     shards, size = [{}], 0
     for k, v in state.items():
@@ -195,16 +224,19 @@ def save_smollm3(model, folder, source_dir=None, shard_bytes=5 * 2 ** 30, dtype=
         size += v.numel() * v.element_size()
     weight_map = {}
     for i, shard in enumerate(shards):
-        name = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" if len(shards) > 1 else 'model.safetensors'
+        name = (f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" if len(shards) > 1
+                else 'model.safetensors')
         save_file(shard, os.path.join(folder, name), metadata={'format': 'pt'})
         weight_map.update({k: name for k in shard})
     if len(shards) > 1:
         with open(os.path.join(folder, 'model.safetensors.index.json'), 'w') as f:
-            json.dump({'metadata': {'total_size': sum(v.numel() * v.element_size() for v in state.values())},
+            json.dump({'metadata': {'total_size': sum(v.numel() * v.element_size()
+                                                      for v in state.values())},
                        'weight_map': weight_map}, f, indent=2)
     with open(os.path.join(folder, 'config.json'), 'w') as f:
         json.dump(cfg, f, indent=2)
-    for name in ('tokenizer.json', 'tokenizer_config.json', 'special_tokens_map.json', 'generation_config.json'):
+    for name in ('tokenizer.json', 'tokenizer_config.json', 'special_tokens_map.json',
+                 'generation_config.json'):
         if source_dir and os.path.exists(os.path.join(source_dir, name)):
             shutil.copy(os.path.join(source_dir, name), folder)
 
@@ -214,45 +246,56 @@ def save_smollm3(model, folder, source_dir=None, shard_bytes=5 * 2 ** 30, dtype=
 
 def load_mamba2(folder):
     """A state-spaces/mamba2-* folder (mamba_ssm's config.json and pytorch_model.bin), or a
-    transformers Mamba2 folder (config.json, model.safetensors) -> (Mamba2Config args, state dict)."""
+    transformers Mamba2 folder (config.json, model.safetensors) -> (Mamba2Config args, state
+    dict)."""
     with open(os.path.join(folder, 'config.json')) as f:
         cfg = json.load(f)
     if 'd_model' in cfg:  # mamba_ssm
         ssm = cfg.get('ssm_cfg', {})
-        if ssm.get('layer', 'Mamba2') != 'Mamba2' or cfg.get('d_intermediate', 0) or cfg.get('attn_layer_idx'):
-            raise ValueError(f"{folder} is not a pure Mamba2 model (ssm_cfg {ssm}); only those load")
+        if (ssm.get('layer', 'Mamba2') != 'Mamba2' or cfg.get('d_intermediate', 0)
+                or cfg.get('attn_layer_idx')):
+            raise ValueError(f"{folder} is not a pure Mamba2 model (ssm_cfg {ssm}); only those "
+                             f"load")
         multiple = cfg.get('pad_vocab_size_multiple', 16)
-        args = dict(vocab_size=-(-cfg['vocab_size'] // multiple) * multiple, n_layer=cfg['n_layer'], n_embd=cfg['d_model'],
-                    d_state=ssm.get('d_state', 128), d_conv=ssm.get('d_conv', 4), expand=ssm.get('expand', 2),
-                    headdim=ssm.get('headdim', 64), ngroups=ssm.get('ngroups', 1), chunk_size=ssm.get('chunk_size', 256),
+        args = dict(vocab_size=-(-cfg['vocab_size'] // multiple) * multiple, n_layer=cfg['n_layer'],
+                    n_embd=cfg['d_model'], d_state=ssm.get('d_state', 128),
+                    d_conv=ssm.get('d_conv', 4), expand=ssm.get('expand', 2),
+                    headdim=ssm.get('headdim', 64), ngroups=ssm.get('ngroups', 1),
+                    chunk_size=ssm.get('chunk_size', 256),
                     tie_embeddings=cfg.get('tie_embeddings', True))
     else:  # transformers' Mamba2Config
-        args = dict(vocab_size=cfg['vocab_size'], n_layer=cfg['num_hidden_layers'], n_embd=cfg['hidden_size'],
-                    d_state=cfg['state_size'], d_conv=cfg['conv_kernel'], expand=cfg['expand'], headdim=cfg['head_dim'],
-                    ngroups=cfg['n_groups'], chunk_size=cfg['chunk_size'], norm_eps=cfg['layer_norm_epsilon'],
-                    bias=cfg['use_bias'], conv_bias=cfg['use_conv_bias'], tie_embeddings=cfg['tie_word_embeddings'])
+        args = dict(vocab_size=cfg['vocab_size'], n_layer=cfg['num_hidden_layers'],
+                    n_embd=cfg['hidden_size'], d_state=cfg['state_size'],
+                    d_conv=cfg['conv_kernel'], expand=cfg['expand'], headdim=cfg['head_dim'],
+                    ngroups=cfg['n_groups'], chunk_size=cfg['chunk_size'],
+                    norm_eps=cfg['layer_norm_epsilon'], bias=cfg['use_bias'],
+                    conv_bias=cfg['use_conv_bias'], tie_embeddings=cfg['tie_word_embeddings'])
     path = os.path.join(folder, 'model.safetensors')
     if os.path.exists(path):
         from safetensors.torch import load_file
         raw = load_file(path)
     else:
-        raw = torch.load(os.path.join(folder, 'pytorch_model.bin'), map_location='cpu', weights_only=True)
-    state = {k.removeprefix('backbone.').replace('embeddings.', 'embedding.'): v for k, v in raw.items()}
+        raw = torch.load(os.path.join(folder, 'pytorch_model.bin'), map_location='cpu',
+                         weights_only=True)
+    state = {k.removeprefix('backbone.').replace('embeddings.', 'embedding.'): v
+             for k, v in raw.items()}
     if args['tie_embeddings']:  # the head may be missing from the file, or a copy of the embedding
         state['lm_head.weight'] = state['embedding.weight']
     return args, state
 
 
 def to_transformers(model):
-    """The same model as transformers' Mamba2ForCausalLM (for lm-eval, and the tests' reference)."""
+    """The same model as transformers' Mamba2ForCausalLM (for lm-eval, and the tests'
+    reference)."""
     import transformers
     c = model.config
     hf = transformers.Mamba2ForCausalLM(transformers.Mamba2Config(
-        vocab_size=c.vocab_size, hidden_size=c.n_embd, num_hidden_layers=c.n_layer, state_size=c.d_state, expand=c.expand,
-        head_dim=c.headdim, num_heads=c.nheads, n_groups=c.ngroups, conv_kernel=c.d_conv, chunk_size=c.chunk_size,
-        use_bias=c.bias, use_conv_bias=c.conv_bias, layer_norm_epsilon=c.norm_eps, tie_word_embeddings=c.tie_embeddings,
-        time_step_limit=(0.0, float('inf'))))
-    state = {('' if k.startswith('lm_head') else 'backbone.') + k.replace('embedding.', 'embeddings.'): v
-             for k, v in model.state_dict().items()}
+        vocab_size=c.vocab_size, hidden_size=c.n_embd, num_hidden_layers=c.n_layer,
+        state_size=c.d_state, expand=c.expand, head_dim=c.headdim, num_heads=c.nheads,
+        n_groups=c.ngroups, conv_kernel=c.d_conv, chunk_size=c.chunk_size, use_bias=c.bias,
+        use_conv_bias=c.conv_bias, layer_norm_epsilon=c.norm_eps,
+        tie_word_embeddings=c.tie_embeddings, time_step_limit=(0.0, float('inf'))))
+    state = {('' if k.startswith('lm_head') else 'backbone.')
+             + k.replace('embedding.', 'embeddings.'): v for k, v in model.state_dict().items()}
     hf.load_state_dict(state)
     return hf.to(next(model.parameters()).device)
