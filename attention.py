@@ -23,6 +23,9 @@ except ImportError:  # older torch
     flex_attention = None
 try:  # AdaSplash: fused entmax-1.5 attention on CUDA (its kernels take no ALiBi bias nor window)
     from adasplash import adasplash
+    # its Triton kernels run outside the caller's graph, as mamba.py's kernels do (wrapped here,
+    # where it imports: torch.compiler.disable imports dynamo, 1.4 s at every start)
+    adasplash = torch.compiler.disable(adasplash)
 except ImportError:
     adasplash = None
 
@@ -66,8 +69,6 @@ def attention(q, k, v, *, q_start=0, k_start=0, slopes=None, window=0, dropout_p
                                   dropout_p) for i in slices], dim=2)
 
 
-# AdaSplash's Triton kernels run outside the caller's graph, as mamba.py's kernels do
-@torch.compiler.disable
 def fused_entmax(q, k, v):
     return adasplash(q, k, v, alpha=1.5, is_causal=True)
 

@@ -17,11 +17,6 @@ import sys
 
 import torch
 import torch.distributed as dist
-from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
-                                                     get_optimizer_state_dict,
-                                                     set_optimizer_state_dict)
-from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 
 def memory_estimate(model, batch_size, block_size, bf16, checkpointing=False, fsdp_world=1,
@@ -132,9 +127,8 @@ def peak_flops(device):
 
 
 # -----------------------------------------------------------------------------
-# train.py's processes under torchrun (DDP needs nothing here; FSDP2 shards the model)
-
-WHOLE = StateDictOptions(full_state_dict=True, cpu_offload=True)  # gathered on the CPU
+# train.py's processes under torchrun (DDP needs nothing here; FSDP2 shards the model). FSDP's
+# modules are imported where they are used: they import dynamo, 1.4 s at every start of a script
 
 
 def start(device):
@@ -159,6 +153,8 @@ def start(device):
 def shard(model, device_type, bf16):
     """Shard each block, then the rest (embedding, final norm, head), over every process; in bf16
     the weights are gathered in bf16 and the gradients reduced in fp32."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     mesh = init_device_mesh(device_type, (dist.get_world_size(),))
     mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16
           else MixedPrecisionPolicy())
@@ -170,7 +166,9 @@ def shard(model, device_type, bf16):
 def model_state(model):
     """The whole model's state dict on the CPU, as state_dict() of the unsharded model gives it:
     tied weights (wte, lm_head) come back gathered twice, and are kept once."""
-    state = get_model_state_dict(model, options=WHOLE)
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    whole = StateDictOptions(full_state_dict=True, cpu_offload=True)  # gathered on the CPU
+    state = get_model_state_dict(model, options=whole)
     first = {}
     for name, p in model.named_parameters(remove_duplicate=False):
         if name in state:
@@ -183,12 +181,15 @@ def optimizer_state(model, optimizer):
     others), keyed by parameter name: train.py writes it with torch.save like any checkpoint and
     reads it back with weights_only=True. (torch.distributed.checkpoint's sharded format would
     read its metadata with pickle, which can run code.)"""
-    return get_optimizer_state_dict(model, optimizer, options=WHOLE)
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+    whole = StateDictOptions(full_state_dict=True, cpu_offload=True)  # gathered on the CPU
+    return get_optimizer_state_dict(model, optimizer, options=whole)
 
 
 def load_optimizer(model, optimizer, state):
     """Every process takes its shards of the whole state `state` (each reads the file,
     memory-mapped)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
     set_optimizer_state_dict(model, optimizer, state,
                              options=StateDictOptions(full_state_dict=True))
 

@@ -3,8 +3,6 @@ weights folders, the selection of steps, and nothing written on a mismatch."""
 
 import json
 import os
-import subprocess
-import sys
 from dataclasses import asdict
 
 import pytest
@@ -12,7 +10,7 @@ import torch
 
 import average_ckpts
 import checkpoint
-from conftest import ROOT
+from conftest import run_script
 from mamba import Mamba2, Mamba2Config
 from model import Transformer, TransformerConfig
 from weights import save_smollm3
@@ -33,7 +31,8 @@ def write_ckpt(path, seed, model_type='transformer', dtype=torch.float32, **chan
 
 
 def run(*args):
-    return subprocess.run([sys.executable, 'average_ckpts.py', *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    """python average_ckpts.py *args, in this process -> (exit code, its one-line refusal or '')."""
+    return run_script('average_ckpts.py', *args)
 
 
 @pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
@@ -73,7 +72,7 @@ def test_script_averages_the_last_K_and_every_eval_script_loads_it(tmp_path):
     run_dir.mkdir()
     states = {s: write_ckpt(run_dir / f'ckpt_{s:06d}.pt', s) for s in (10, 20, 30, 40)}
     r = run(f'--ckpt_dir={run_dir}', '--last=2')
-    assert r.returncode == 0, r.stderr
+    assert r[0] == 0, r[1]
     out = run_dir / 'avg2_000030-000040.pt'
     model, tok, info = checkpoint.load_model(str(out))
     assert info['averaged_steps'] == [30, 40] and info['step'] == 40 and tok is not None
@@ -84,14 +83,14 @@ def test_script_averages_the_last_K_and_every_eval_script_loads_it(tmp_path):
     assert checkpoint.select(str(run_dir), 2, 2, 0, -1) == [20, 40]
     assert checkpoint.select(str(run_dir), 0, 1, 15, 35) == [20, 30]
     r = run(f'--ckpt_dir={run_dir}', '--steps=[10, 40]', f'--out={tmp_path}/x.pt')
-    assert r.returncode == 0 and checkpoint.load(str(tmp_path / 'x.pt'))['averaged_steps'] == [10, 40]
+    assert r[0] == 0 and checkpoint.load(str(tmp_path / 'x.pt'))['averaged_steps'] == [10, 40]
 
 
 def test_mamba2_checkpoints(tmp_path):
     a = write_ckpt(tmp_path / 'a.pt', 1, 'mamba2')
     b = write_ckpt(tmp_path / 'b.pt', 2, 'mamba2')
     r = run(f"--ckpts=['{tmp_path}/a.pt', '{tmp_path}/b.pt']")
-    assert r.returncode == 0, r.stderr
+    assert r[0] == 0, r[1]
     model, _, _ = checkpoint.load_model(str(tmp_path / 'b_avg2.pt'))  # beside the newest
     assert isinstance(model, Mamba2)
     assert all(torch.equal(v, ((a[k].double() + b[k].double()) / 2).float()) for k, v in model.state_dict().items())
@@ -107,7 +106,7 @@ def test_sharded_weights_folders_in_and_out(tmp_path):
     shards = sorted(f for f in os.listdir(tmp_path / 'hf2') if f.endswith('.safetensors'))
     assert len(shards) > 2
     r = run(f"--ckpts={[str(tmp_path / f'hf{i}') for i in range(3)]}", f'--out={tmp_path}/avg')
-    assert r.returncode == 0, r.stderr
+    assert r[0] == 0, r[1]
     assert sorted(os.listdir(tmp_path / 'avg')) == sorted(os.listdir(tmp_path / 'hf2') + ['averaged.json'])
     avg, _, _ = checkpoint.load_model(str(tmp_path / 'avg'))
     for k, v in avg.state_dict().items():
@@ -115,10 +114,10 @@ def test_sharded_weights_folders_in_and_out(tmp_path):
         assert torch.equal(v, mean.to(torch.bfloat16).float()), k
     assert not os.path.exists(tmp_path / 'avg.tmp')
     r = run(f"--ckpts={[str(tmp_path / f'hf{i}') for i in range(2)]}", f'--out={tmp_path}/avg')
-    assert r.returncode == 1 and 'an earlier output of average_ckpts.py' in r.stderr  # unasked: no
+    assert r[0] == 1 and 'an earlier output of average_ckpts.py' in r[1]  # unasked: no
     r = run(f"--ckpts={[str(tmp_path / f'hf{i}') for i in range(2)]}", f'--out={tmp_path}/avg',
             '--overwrite=True')
-    assert r.returncode == 0, r.stderr
+    assert r[0] == 0, r[1]
     assert json.loads((tmp_path / 'avg' / 'averaged.json').read_text())['averaged_from'][-1].endswith('hf1')
     assert sorted(os.listdir(tmp_path)) == ['avg', 'hf0', 'hf1', 'hf2']  # no .tmp or .old left
 
@@ -141,17 +140,17 @@ def test_mismatches_raise_and_write_nothing(tmp_path):
     with pytest.raises(ValueError, match='shape'):
         average_ckpts.average([str(tmp_path / 'a.pt'), str(tmp_path / 'shape.pt')])
     r = run(f"--ckpts=['{tmp_path}/a.pt', '{tmp_path}/wide.pt']", f'--out={tmp_path}/avg.pt')
-    assert r.returncode != 0 and 'nothing written' in r.stderr and 'n_embd' in r.stderr
+    assert r[0] != 0 and 'nothing written' in r[1] and 'n_embd' in r[1]
     # fewer checkpoints than asked for
     run_dir = tmp_path / 'run'
     run_dir.mkdir()
     for s in (10, 20):
         write_ckpt(run_dir / f'ckpt_{s:06d}.pt', s)
     r = run(f'--ckpt_dir={run_dir}', '--last=3')
-    assert r.returncode != 0 and 'fewer than the 3' in r.stderr
+    assert r[0] != 0 and 'fewer than the 3' in r[1]
     r = run(f'--ckpt_dir={run_dir}', '--last=0', '--start=30')
-    assert r.returncode != 0 and 'no checkpoints' in r.stderr
+    assert r[0] != 0 and 'no checkpoints' in r[1]
     r = run(f'--ckpt_dir={run_dir}', '--steps=[10, 30]')
-    assert r.returncode != 0 and 'ckpt_000030.pt' in r.stderr
+    assert r[0] != 0 and 'ckpt_000030.pt' in r[1]
     assert sorted(os.listdir(run_dir)) == ['ckpt_000010.pt', 'ckpt_000020.pt']
     assert not os.path.exists(tmp_path / 'avg.pt')

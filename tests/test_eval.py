@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 import checkpoint
 import ruler
-from conftest import ROOT
+from conftest import ROOT, run_script
 from measures import attention_entropy
 from mamba import Mamba2, Mamba2Config
 from model import Transformer, TransformerConfig
@@ -171,36 +171,37 @@ def test_eval_loss_with_yarn_at_evaluation(tiny_data, tmp_path):
 
 
 def test_eval_errors(tiny_data, tmp_path):
+    """Each refused in one line (in this process: a refusal needs no process of its own)."""
     ckpt = save_tiny(tmp_path / 'a.pt', tiny_data)
-    r = run('eval_loss.py', f'--ckpt={ckpt}', '--max_length=100000')
-    assert r.returncode != 0 and 'no document in' in r.stderr and 'the longest has' in r.stderr
+    r = run_script('eval_loss.py', f'--ckpt={ckpt}', '--max_length=100000')
+    assert r[0] != 0 and 'no document in' in r[1] and 'the longest has' in r[1]
     learned = save_tiny(tmp_path / 'b.pt', tiny_data, pos_encoding='learned')
-    r = run('eval_loss.py', f'--ckpt={learned}', '--max_length=64')
-    assert r.returncode != 0 and 'learned absolute positions for 32 tokens: it cannot take 64' in r.stderr
-    r = run('eval_niah.py', f'--ckpt={learned}', '--lengths=[1024]')
-    assert r.returncode != 0 and 'learned absolute positions for 32 tokens: it cannot take 1024' in r.stderr
-    r = run('eval_niah.py', f'--ckpt={ckpt}', '--lengths=[512]', '--depths=[]')
-    assert r.returncode != 0 and 'too few for this task' in r.stderr and 'Traceback' not in r.stderr
-    r = run('eval_niah.py', f'--ckpt={ckpt}', '--lengths=[1024, 512]', '--depths=[]', '--samples=1')
-    assert r.returncode != 0 and 'too few for this task' in r.stderr  # said before 1024 runs a sample:
+    r = run_script('eval_loss.py', f'--ckpt={learned}', '--max_length=64')
+    assert r[0] != 0 and 'learned absolute positions for 32 tokens: it cannot take 64' in r[1]
+    r = run_script('eval_niah.py', f'--ckpt={learned}', '--lengths=[1024]')
+    assert r[0] != 0 and 'learned absolute positions for 32 tokens: it cannot take 1024' in r[1]
+    r = run_script('eval_niah.py', f'--ckpt={ckpt}', '--lengths=[512]', '--depths=[]')
+    assert r[0] != 0 and 'too few for this task' in r[1] and 'Traceback' not in r[1]
+    r = run_script('eval_niah.py', f'--ckpt={ckpt}', '--lengths=[1024, 512]', '--depths=[]', '--samples=1')
+    assert r[0] != 0 and 'too few for this task' in r[1]  # said before 1024 runs a sample:
     assert not os.path.exists(tmp_path / 'a_niah.jsonl') or not open(tmp_path / 'a_niah.jsonl').read()
     ckpt_gpt2 = checkpoint.load(ckpt)
     ckpt_gpt2['tokenizer'] = {'kind': 'gpt2'}
     checkpoint.save(ckpt_gpt2, str(tmp_path / 'c.pt'))
-    r = run('eval_loss.py', f'--ckpt={tmp_path / "c.pt"}', '--max_length=64')
-    assert r.returncode != 0 and "its tokenizer has 50257 tokens, more than the model's vocabulary of 257" in r.stderr
+    r = run_script('eval_loss.py', f'--ckpt={tmp_path / "c.pt"}', '--max_length=64')
+    assert r[0] != 0 and "its tokenizer has 50257 tokens, more than the model's vocabulary of 257" in r[1]
     ckpt_gpt2['tokenizer'] = {'kind': 'symbols', 'n_vocab': 200, 'eot': 3}
     checkpoint.save(ckpt_gpt2, str(tmp_path / 'd.pt'))
-    r = run('eval_loss.py', f'--ckpt={tmp_path / "d.pt"}', '--max_length=64')
-    assert r.returncode != 0 and 'is tokenized with' in r.stderr
+    r = run_script('eval_loss.py', f'--ckpt={tmp_path / "d.pt"}', '--max_length=64')
+    assert r[0] != 0 and 'is tokenized with' in r[1]
     weights = tmp_path / 'mamba-no-tokenizer'
     weights.mkdir()
     m = Mamba2(Mamba2Config(vocab_size=32, n_layer=1, n_embd=32, d_state=8, headdim=16))
     torch.save({'backbone.' + k: v for k, v in m.state_dict().items()}, weights / 'pytorch_model.bin')
     (weights / 'config.json').write_text(json.dumps({'d_model': 32, 'n_layer': 1, 'vocab_size': 32, 'ssm_cfg': {
         'layer': 'Mamba2', 'd_state': 8, 'headdim': 16}}))
-    r = run('eval_niah.py', f'--ckpt={weights}', '--lengths=[1024]')
-    assert r.returncode != 0 and 'has no tokenizer' in r.stderr
+    r = run_script('eval_niah.py', f'--ckpt={weights}', '--lengths=[1024]')
+    assert r[0] != 0 and 'has no tokenizer' in r[1]
 
 
 @pytest.mark.parametrize('script,args,message', [

@@ -65,7 +65,7 @@ def test_study_trains_evaluates_and_summarises(tmp_path, long_data):
                                      abs=6e-6)
     m = e['steps']['20']
     assert len(m['curve']) == 128 and len(m['entropy_curve']) == 4 and len(m['entropy_curve'][0]) == 128
-    assert all(0 <= h <= np.log(128 * 16) for layer in m['entropy_curve'] for h in layer)
+    assert all(0 <= h <= np.log(64 * 16) for layer in m['entropy_curve'] for h in layer)
     assert e['avg_anneal']['bands'] != m['bands'] and e['avg_stable']['bands'] != e['steps']['16']['bands']
     assert len(e['probe']['rel_err']) == 4 and len(e['probe']['r']) == 4 and 'probe' not in evals['no_wd'][0]
     # matched fit: the reference's CE at the other run's final in-distribution CE, seed by seed
@@ -115,6 +115,7 @@ def test_study_resumes_a_run_cut_short(tmp_path):
     r = subprocess.run([sys.executable, 'train.py', 'configs/needle.py', '--eval_interval=100000', '--task_eval_samples=20',
                         '--pos_encoding=nope', '--weight_decay=0.0', '--dropout_type=vpad', '--dropout=0.1',
                         '--n_layer=2', '--n_embd=32', '--n_head=2', '--max_tokens=40960', '--ckpt_interval=2',
+                        '--eval_iters=2', '--task_eval_samples=4',
                         '--halt_at=4', '--seed=1', f'--out_dir={d}', '--device=cpu'],
                        cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]

@@ -175,13 +175,17 @@ PARTS = {  # part -> (kind, train.py arguments, variants)
     'methods_delay': ('task', ['configs/delay_copy.py', *PROBE],
                       ['no_wd', 'pl_d', *METHOD_ROWS, 'nope', 'alibi', 'learned']),
 }
-TINY = {'lm': ['--n_layer=4', '--n_embd=32', '--n_head=2', '--max_tokens=81920', '--ckpt_interval=2'],  # 20 steps
-        'task': ['--n_layer=2', '--n_embd=32', '--n_head=2', '--max_tokens=40960', '--ckpt_interval=2']}
+TINY = {'lm': ['--n_layer=4', '--n_embd=32', '--n_head=2', '--block_size=64', '--max_tokens=81920',
+               '--ckpt_interval=2', '--eval_iters=2'],  # 20 steps
+        'task': ['--n_layer=2', '--n_embd=32', '--n_head=2', '--max_tokens=40960', '--ckpt_interval=2',
+                 '--eval_iters=2', '--task_eval_samples=4']}
 FRACTIONS = (0.15, 0.3, 0.45, 0.6, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0)  # checkpoints evaluated, as fractions of training
 ANNEAL_START = 0.8  # the WSD anneal of both configs starts here (anneal_frac = 0.2)
 AVERAGE_K = 5  # checkpoint averaging: the last K checkpoints of the stable phase, and of the anneal
 BANDS = ('in', '1-2x', '2-4x', '4-8x', '8-16x')  # in: positions (T/2, T], with long context inside the training length
 EVAL_WINDOWS, ENTROPY_WINDOWS = 16, 4  # lm: validation windows of 16x the training length
+if tiny:  # the tests: the pipeline, not the numbers
+    EVAL_WINDOWS, ENTROPY_WINDOWS = 2, 1
 TASK_SAMPLES = 100  # needle: held-out samples per length
 
 
@@ -271,7 +275,7 @@ def evaluate(part, variant, seed):
     cfg = ckpt['config']
     if kind == 'lm':
         T = cfg['block_size']
-        windows = TokenData(cfg['data_dir'], 'val').long_windows(16 * T, 4 if tiny else EVAL_WINDOWS)  # (n, 16T + 1)
+        windows = TokenData(cfg['data_dir'], 'val').long_windows(16 * T, EVAL_WINDOWS)  # (n, 16T + 1)
         attends = ckpt['model_type'] == 'transformer'
         measure = lambda entropy=True: lm_measures(net, windows, T, entropy and attends)  # noqa: E731
     else:
