@@ -170,6 +170,7 @@ def lock(out_dir):
         except BlockingIOError:
             f.seek(0)
             holder = f.read().strip() or 'unknown'
+            f.close()
             raise SystemExit(f"{out_dir} is in use by another run (pid {holder}): wait for it to "
                              f"end, or stop it (kill {holder}), before writing here") from None
         try:  # the file locked is still the folder's: a run ending now may have removed it

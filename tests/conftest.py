@@ -1,3 +1,5 @@
+import contextlib
+import io
 import json
 import os
 import runpy
@@ -10,7 +12,8 @@ import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-torch.set_num_threads(2)
+torch.set_num_threads(2)  # and the processes tests start: runs in this process and in others
+os.environ['OMP_NUM_THREADS'] = '2'  # compute alike, on any machine
 
 import checkpoint  # noqa: E402
 from tokens import Tokenizer, write_shard  # noqa: E402
@@ -60,9 +63,15 @@ def run_script(name, *args):
     return 0, ''
 
 
-def run_train(*args, timeout=300):
-    """python train.py *args from the repository root -> CompletedProcess (stdout and stderr as text)."""
-    return subprocess.run([sys.executable, 'train.py', *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+def run_train(*args):
+    """python train.py *args, run in this process (as run_script: a run then costs no torch import)
+    -> CompletedProcess with what it printed as stdout and stderr, a refusal's message in stderr.
+    Tests that kill a run, or need a process of its own (torchrun, wandb), start one."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code, message = run_script('train.py', *args)
+    return subprocess.CompletedProcess(['train.py', *args], code, out.getvalue(),
+                                       err.getvalue() + (message + '\n' if message else ''))
 
 
 def read_log(out_dir, event='train'):

@@ -1,6 +1,7 @@
 """No run is lost or stuck: kill -9 at any moment, a divergence, a full disk, a second writer, a
 killed torchrun. Each test runs train.py as a user would and checks what is left on disk."""
 
+import fcntl
 import glob
 import json
 import os
@@ -131,6 +132,16 @@ def test_kill_at_random_moments_loses_nothing(tiny_data, tmp_path):
     assert sum(r.stdout.count('left by an interrupted write') > 1 for r in resumes) >= 3  # kills in a write left a .tmp
 
 
+def locked(path):
+    """Whether a process holds the lock file at path (checkpoint.lock's flock)."""
+    with open(path) as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        return False  # closing f lets it go
+
+
 def live_processes(marker):
     """pids of the processes (not zombies) whose command line holds marker."""
     pids = []
@@ -164,15 +175,15 @@ def test_one_writer_per_out_dir_and_none_after_torchrun_is_killed(tiny_data, tmp
         assert len(live_processes(str(out))) == 3  # torchrun and its two workers
         writer = open(out / 'lock').read().strip()
         assert int(writer) in live_processes(str(out))  # rank 0
-        r = run_train(*args, '--init_from=resume', timeout=60)  # refused at once (not: trains on beside the writer)
+        r = run_train(*args, '--init_from=resume')  # refused at once (not: trains on beside the writer)
         assert r.returncode != 0 and f'is in use by another run (pid {writer})' in r.stderr, r.stderr[-2000:]
         assert 'Traceback' not in r.stderr
         os.killpg(p.pid, signal.SIGKILL)
         p.wait()
-        deadline = time.time() + 20
-        while live_processes(str(out)) and time.time() < deadline:
+        deadline = time.time() + 20  # the workers gone, and their lock with them
+        while (live_processes(str(out)) or locked(out / 'lock')) and time.time() < deadline:
             time.sleep(0.1)
-        assert not live_processes(str(out))
+        assert not live_processes(str(out)) and not locked(out / 'lock')
     finally:
         for pid in live_processes(str(out)):
             os.kill(pid, signal.SIGKILL)

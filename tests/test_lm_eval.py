@@ -17,7 +17,7 @@ import torch.nn.functional as F
 lm_eval = pytest.importorskip('lm_eval')
 
 import checkpoint  # noqa: E402
-from conftest import ROOT  # noqa: E402
+from conftest import ROOT, run_script  # noqa: E402
 from tools import lengthgen  # noqa: E402
 from lm_eval.api.instance import Instance  # noqa: E402
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window  # noqa: E402
@@ -171,10 +171,9 @@ def test_overrides_reach_the_scored_model(tmp_path):
         assert got[-1] == pytest.approx(-model.position_losses(seq[:, :-1], seq[:, 1:]).double().sum().item(), **TOL)
     assert abs(got[0] - got[1]) > 1e-3
     write_tasks(tmp_path / 'tasks', checkpoint.load_model(path)[0])
-    p = subprocess.run([sys.executable, '-m', 'tools.eval_lm', f'--ckpt={path}', '--tasks=tiny_mc', '--limit=1',
-                        f'--include_path={tmp_path / "tasks"}', "--overrides={'rope_scale': 4.0}"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert p.returncode == 1 and 'cannot load' in p.stderr and 'rope_scale' in p.stderr, p.stderr
+    code, said = run_script('tools/eval_lm.py', f'--ckpt={path}', '--tasks=tiny_mc', '--limit=1',
+                            f'--include_path={tmp_path / "tasks"}', "--overrides={'rope_scale': 4.0}")
+    assert code == 1 and 'cannot load' in said and 'rope_scale' in said, said
 
 
 def test_local_tasks_through_lm_eval_and_the_script(tmp_path):
