@@ -175,7 +175,10 @@ def test_one_writer_per_out_dir_and_none_after_torchrun_is_killed(tiny_data, tmp
         assert len(live_processes(str(out))) == 3  # torchrun and its two workers
         writer = open(out / 'lock').read().strip()
         assert int(writer) in live_processes(str(out))  # rank 0
-        r = run_train(*args, '--init_from=resume')  # refused at once (not: trains on beside the writer)
+        # refused at once (not: trains on beside the writer; a process of its own, so that a lock
+        # that failed would time out here rather than train 1e6 tokens in the test's process)
+        r = subprocess.run([sys.executable, 'train.py', *args, '--init_from=resume'], cwd=ROOT,
+                           capture_output=True, text=True, timeout=60)
         assert r.returncode != 0 and f'is in use by another run (pid {writer})' in r.stderr, r.stderr[-2000:]
         assert 'Traceback' not in r.stderr
         os.killpg(p.pid, signal.SIGKILL)
