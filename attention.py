@@ -53,8 +53,8 @@ def attention(q, k, v, *, q_start=0, k_start=0, slopes=None, window=0, dropout_p
     # an explicit mask, or the scores written out: queries go in slices of `rows`, so that a long
     # input never holds T x T. A slice materialises the scores of every sequence and head where they
     # are written out (and in SDPA's math kernel, which CPU takes for attention dropout); else only
-    # the mask that SDPA's fused kernels take as it is, (1, H, rows, Tk) with the bias, (rows, Tk)
-    # without
+    # the mask that SDPA's fused kernels take as it is: (1, H, rows, Tk) with the bias, else
+    # (rows, Tk)
     k, v = repeat_kv(q, k, v)  # SDPA takes GQA with a mask only in its math kernel: whole heads
     if kernel == 'manual' or (dropout_p > 0 and q.device.type == 'cpu'):
         per_row = q.size(0) * q.size(1) * k.size(2)

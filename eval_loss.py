@@ -55,7 +55,7 @@ eval_outputs(out, 'eval_loss.py', results=False, overwrite=overwrite)
 results, data = {}, None
 for path in ckpts:
     model, tokenizer, info = load_for_eval(path, device, 'the per-position loss', window,
-                                                      overrides)
+                                           overrides)
     trained_on = train_length or info.get('config', {}).get('block_size', 0)
     if not trained_on:
         raise SystemExit(f"{path} does not say its training length: give --train_length")

@@ -67,11 +67,11 @@ if __name__ == '__main__':
               'depth_samples': (0, None), 'seed': (0, None), 'chunk_size': (1, None)}
     globals().update(configure(globals(), sys.argv[1:], limits=LIMITS))
     model, tokenizer, info, autocast = measures.eval_setup(ckpt, device, dtype, 'NIAH', window,
-                                                             max(lengths), overrides)
+                                                           max(lengths), overrides)
     out = out or ckpt.removesuffix('.pt').rstrip('/') + '_niah'
     measures.eval_outputs(out, 'eval_niah.py')
     settings = measures.eval_settings(info, 'eval_niah.py', window=window, overrides=overrides,
-                                        seed=seed, dtype=dtype, chunk_size=chunk_size)
+                                      seed=seed, dtype=dtype, chunk_size=chunk_size)
     results = ruler.Results(out + '.jsonl', settings, overwrite)  # read back under these only
 
     try:

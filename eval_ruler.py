@@ -57,12 +57,12 @@ if __name__ == '__main__':
     globals().update(configure(globals(), sys.argv[1:], limits=LIMITS))
     names = ruler.task_list(tasks)
     model, tokenizer, info, autocast = measures.eval_setup(ckpt, device, dtype, 'RULER', window,
-                                                             max(lengths), overrides)
+                                                           max(lengths), overrides)
     out = out or ckpt.removesuffix('.pt').rstrip('/') + '_ruler'
     measures.eval_outputs(out, 'eval_ruler.py')
     settings = measures.eval_settings(info, 'eval_ruler.py', window=window, overrides=overrides,
-                                        seed=seed, dtype=dtype, chunk_size=chunk_size, essay=essay,
-                                        squad=squad, hotpotqa=hotpotqa)
+                                      seed=seed, dtype=dtype, chunk_size=chunk_size, essay=essay,
+                                      squad=squad, hotpotqa=hotpotqa)
     results = ruler.Results(out + '.jsonl', settings, overwrite)  # read back under these only
 
     data = ruler.Data(essay, squad, hotpotqa)

@@ -54,11 +54,11 @@ if __name__ == '__main__':
     globals().update(configure(globals(), sys.argv[1:], limits=LIMITS))
     names = helmet.task_list(tasks)
     model, tokenizer, info, autocast = measures.eval_setup(ckpt, device, dtype, 'HELMET recall', window, max(lengths),
-                                                             overrides)
+                                                           overrides)
     out = out or ckpt.removesuffix('.pt').rstrip('/') + '_helmet'
     measures.eval_outputs(out, 'tools/eval_helmet.py')
     settings = measures.eval_settings(info, 'tools/eval_helmet.py', window=window, overrides=overrides,
-                                        seed=seed, dtype=dtype, chunk_size=chunk_size, essay=essay)
+                                      seed=seed, dtype=dtype, chunk_size=chunk_size, essay=essay)
     results = ruler.Results(out + '.jsonl', settings, overwrite)  # read back under these only
 
     data = ruler.Data(essay=essay)

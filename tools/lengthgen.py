@@ -138,7 +138,7 @@ class LengthGenLM(LM):
         if dtype not in ('bfloat16', 'float32'):
             raise ValueError(f"dtype must be 'bfloat16' or 'float32', got {dtype!r}")
         self.model, self.tok, info, self.autocast = measures.eval_setup(ckpt, device, dtype, 'lm-eval', window,
-                                                                              overrides=overrides)
+                                                                            overrides=overrides)
         if self.tok.spec['kind'] == 'symbols':
             raise ValueError(f"{ckpt} reads the symbols of a synthetic task, not text: "
                              f"lm-eval's tasks need a text tokenizer")
