@@ -66,7 +66,8 @@ def run_script(name, *args):
 def run_train(*args):
     """python train.py *args, run in this process (as run_script: a run then costs no torch import)
     -> CompletedProcess with what it printed as stdout and stderr, a refusal's message in stderr.
-    Tests that kill a run, or need a process of its own (torchrun, wandb), start one."""
+    Tests that kill a run, or need a process of its own (torchrun, wandb), start one, as do runs
+    made from threads: sys.argv, stdout and torch's global generator belong to the process."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code, message = run_script('train.py', *args)

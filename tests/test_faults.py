@@ -105,7 +105,11 @@ def killed_and_resumed(args, out, trial):
     p.wait()
     # and what a kill leaves when the resumed run does not write that step again (say it halts before)
     (out / 'optim_999999.pt.tmp').write_bytes(b'half an optimizer state')
-    return run_train(*args, f'--out_dir={out}', '--init_from=' + ('resume' if checkpoint.steps(str(out)) else 'scratch'))
+    # a process of its own: two trials run at a time, and train.py in this process is not
+    # thread-safe (sys.argv, stdout, torch's global generator are the process's)
+    init = 'resume' if checkpoint.steps(str(out)) else 'scratch'
+    return subprocess.run([sys.executable, 'train.py', *args, f'--out_dir={out}', f'--init_from={init}'],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
 def test_kill_at_random_moments_loses_nothing(tiny_data, tmp_path):
