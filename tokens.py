@@ -23,6 +23,8 @@ import tiktoken
 from tiktoken.load import load_tiktoken_bpe
 import torch
 
+import ruler
+
 MAGIC, VERSION, HEADER_INTS = 20261129, 1, 8
 EOT = '<|endoftext|>'
 # GPT-2's pre-tokenisation pattern (tiktoken r50k_base)
@@ -256,6 +258,56 @@ class TokenData:
                       if a + (j + 1) * (length + 1) <= b]
         rows = [np.asarray(self.shards[i][a:a + length + 1], dtype=np.int64) for i, a in picks[:n]]
         return torch.from_numpy(np.stack(rows)) if rows else None
+
+
+class NiahMixture:
+    """The language of `data` with a fraction `mix` of its training sequences replaced by NIAH-1
+    documents: RULER's niah_single_1 as ruler.prompt writes it (a 7-digit number under a word key
+    in the "The grass is green. ..." haystack, eval_niah.py's prompts) sized to a length drawn from
+    `lengths` (at most the training length), then the answer, " <number>." and eot. The loss
+    covers the answer and eot alone: the rest of the document is context, not text to model. It
+    stands in for what the paper's model learned in pre-training (docs/study.md: byte-level
+    models on Shakespeare alone do not learn to copy from context at this scale)."""
+
+    def __init__(self, data, mix, tokenizer, lengths, seed):
+        self.data, self.mix, self.tokenizer, self.lengths, self.seed = (
+            data, mix, tokenizer, lengths, seed)
+        self.meta, self.eot, self.ruler_data, self.sizes = (
+            data.meta, data.eot, ruler.Data(say=lambda *args: None), {})
+        for L in lengths:  # every length holds the template, a haystack line and the answer
+            self.document(L, 'check')
+
+    def __len__(self):
+        return len(self.data)
+
+    def document(self, L, id):
+        """The NIAH-1 document `id` of L tokens at most -> (tokens, number of answer tokens)."""
+        room = len(self.tokenizer.encode(' 1234567.')) + 1  # the answer and eot
+        try:  # ruler.prompt leaves its tokens_to_generate free: here the answer's room
+            text, answers = ruler.prompt('niah_single_1', self.tokenizer,
+                                         L - room + ruler.TOKENS_TO_GENERATE['niah'], f'train/{id}',
+                                         self.seed, self.ruler_data, self.sizes)
+        except ValueError:
+            raise ValueError(f"a NIAH-1 document of {L} tokens is too short for RULER's template "
+                             f"and one haystack line: use lengths of at least 512 bytes or so")
+        answer = self.tokenizer.encode(f' {answers[0]}.') + [self.eot]
+        return self.tokenizer.encode_prompt(text) + answer, len(answer)
+
+    def batch(self, batch_size, T, rng):
+        """The language's batch with the rows drawn to be documents replaced -> inputs and
+        targets (B, T), int64; a document's targets are -1 except for its answer and eot."""
+        x, y = (t.clone() for t in self.data.batch(batch_size, T, rng))  # views of one tensor
+        for i in np.flatnonzero(rng.random(batch_size) < self.mix):
+            doc, m = self.document(self.lengths[rng.integers(len(self.lengths))],
+                                   int(rng.integers(1 << 62)))
+            n = len(doc)
+            if n > T:
+                raise ValueError(f"a NIAH-1 document of {n} tokens does not fit block_size {T}")
+            row = torch.full((T + 1,), self.eot, dtype=torch.int64)
+            row[:n] = torch.tensor(doc)
+            x[i], y[i] = row[:-1], -1
+            y[i, n - m - 1:n - 1] = row[n - m:n]  # the token before the answer predicts its first
+        return x, y
 
 
 def training_data(data_dir, block_size, train_tokens=0, max_tokens=None):

@@ -30,7 +30,8 @@ import hardware
 import tasks
 from configurator import configure
 from measures import eval_line, position_loss, report, task_accuracy, val_loss
-from tokens import TRAIN, batch_rng, micro_batches, training_data
+from tokens import (TRAIN, NiahMixture, Tokenizer, batch_rng, micro_batches,
+                    training_data)
 
 # -----------------------------------------------------------------------------
 # I/O
@@ -49,6 +50,8 @@ eval_windows = 16  # lm: validation windows of max(eval_lengths) tokens for the 
 task: Literal['lm', 'copy', 'needle', 'offset', 'delay_copy'] = 'lm'  # lm: data_dir; or tasks.py's
 data_dir = 'data/shakespeare/byte'  # lm: train*.bin / val*.bin and meta.json (data/*/prepare.py)
 train_tokens = 0  # lm: if > 0, only the first train_tokens tokens (repeated: a corpus to over-fit)
+niah_mix = 0.0  # lm: this fraction of the sequences are NIAH-1 documents (tokens.NiahMixture) of
+# block_size / 2 to block_size tokens, the loss on their answers: phase 1 of docs/study.md's CPT
 task_vocab = 32  # tasks: symbols, the 4 special ones included
 task_min_len = 50  # tasks: lengths in training (tasks.LENGTHS says of what), uniform in
 task_max_len = 100  # [task_min_len, task_max_len]; the test lengths are eval_lengths
@@ -111,7 +114,8 @@ NOT_NEGATIVE = ('halt_at', 'skip_steps', 'train_tokens', 'weight_decay', 'grad_c
                 'spike_threshold', 'keep_last')
 LIMITS = {**{k: (1, None) for k in POSITIVE}, **{k: (0, None) for k in NOT_NEGATIVE},
           'eval_lengths': (1, None, []), 'seed': (0, 2 ** 63 - 1), 'warmup_frac': (0, 1),
-          'anneal_frac': (0, 1), 'beta1': (0, 0.999999), 'beta2': (0, 0.999999)}
+          'anneal_frac': (0, 1), 'beta1': (0, 0.999999), 'beta2': (0, 0.999999),
+          'niah_mix': (0, 1)}
 given = set()
 MODEL_FILES = [sys.modules[c.__module__].__file__ for _, c in checkpoint.MODELS.values()]  # --help
 config = configure(globals(), sys.argv[1:], given=given, help_sources=MODEL_FILES, limits=LIMITS)
@@ -130,6 +134,8 @@ def check_config():
          f"warm-up plus anneal at most 1"),
         (skip_steps and init_from != 'resume',
          f"skip_steps ({skip_steps}) skips batches of a resumed run: give --init_from=resume"),
+        (task != 'lm' and niah_mix,
+         f"niah_mix ({niah_mix}) mixes NIAH-1 into language: it needs task = 'lm'"),
         (task != 'lm' and task_min_len > task_max_len,
          f"task_min_len ({task_min_len}) is above task_max_len ({task_max_len})"),
         (max_tokens < tokens_per_batch, f"max_tokens ({max_tokens:g}) is less than one step of "
@@ -171,6 +177,14 @@ if task != 'lm':
         f"{task_min_len}-{task_max_len}, sequences padded to {block_size}")
 else:
     train_data, val_data = training_data(data_dir, block_size, train_tokens, max_tokens)
+    if niah_mix:  # validation stays language alone
+        try:
+            lengths = [block_size // 2 + i * block_size // 16 for i in range(9)]
+            train_data = NiahMixture(train_data, niah_mix, Tokenizer(train_data.meta['tokenizer']),
+                                     lengths, seed)
+        except ValueError as e:
+            raise SystemExit(f"config error: {e}")
+        say(f"data: {niah_mix:.0%} of the sequences are NIAH-1 documents, the loss on the answer")
     epochs = f"; {max_tokens / len(train_data):.1f} epochs" if train_tokens else ""
     say(f"data: {data_dir}, {len(train_data):,} train / {len(val_data):,} val tokens; tokenizer "
         f"{train_data.meta['tokenizer']}{epochs}")

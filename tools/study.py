@@ -71,6 +71,7 @@ import tasks
 from configurator import configure
 from measures import attention_entropy, band_means, loss_curve, moving_average, variance_mismatch
 from tokens import TokenData, batch_rng
+from tools.verdict import paired
 
 # -----------------------------------------------------------------------------
 out = 'out/study'
@@ -81,6 +82,7 @@ variants = []  # of VARIANTS; [] runs each part's own list (PARTS)
 jobs = 2  # runs at a time
 tiny = False  # a few steps of a tiny model per run: checks the pipeline in a minute (tests), no results
 eval_run = ''  # internal: evaluate one finished run (<part>/<variant>/s<seed>) and exit
+report = ''  # a results.json (e.g. assets/study_results.json): its summary and figures in `out`, nothing trained
 # -----------------------------------------------------------------------------
 globals().update(configure(globals(), sys.argv[1:]))
 
@@ -315,10 +317,15 @@ unknown = [p for p in parts if p not in PARTS] + [v for v in variants if v not i
 if unknown:
     raise SystemExit(f"unknown parts or variants {unknown}: choose from {list(PARTS)} and "
                      f"{[*VARIANTS, *VIEWS, 'orig']}")
+if report:  # the parts, variants and seeds the results hold; nothing to train
+    results = json.load(open(report))
+    parts, seeds = list(results['parts']), results['seeds']
+    variants = [v for p in parts for v in results['parts'][p]]
+    os.makedirs(out, exist_ok=True)
 if variants:  # a row keeps the row whose checkpoints it needs (a CPT part its phase 1)
     PARTS = {p: (kind, args, [v for v in vs if v in variants or v in {source(p, w) for w in variants}])
              for p, (kind, args, vs) in PARTS.items()}
-runs = [(p, v, s) for p in parts for v in PARTS[p][2] for s in seeds]
+runs = [] if report else [(p, v, s) for p in parts for v in PARTS[p][2] for s in seeds]
 needed = {(p, source(p, v), s) for p, v, s in runs if source(p, v)}  # trained in a first wave
 pending = [r for r in runs if not os.path.exists(os.path.join(run_dir(*r), 'eval.json'))]
 threads = max(1, (os.cpu_count() or 2) // jobs)
@@ -410,48 +417,81 @@ def compact(tree, curve=False):
     return round(tree, 5) if isinstance(tree, float) else tree
 
 
-evals = {p: {v: [derive(json.load(open(os.path.join(run_dir(p, v, s), 'eval.json')))) for s in seeds]
-             for v in PARTS[p][2]} for p in parts}
-results = compact({'seeds': seeds, 'parts': {p: {v: gather(e) for v, e in evals[p].items()} for p in parts},
-                   'matched': {p: {f'{a}|{b}': matched(evals[p][a], evals[p][b]) for a, b in MATCHED
-                                   if a in evals[p] and b in evals[p]} for p in parts if PARTS[p][0] == 'lm'}})
-with open(os.path.join(out, 'results.json'), 'w') as f:
-    json.dump(results, f)
-print(f"wrote {out}/results.json")
+if not report:
+    evals = {p: {v: [derive(json.load(open(os.path.join(run_dir(p, v, s), 'eval.json')))) for s in seeds]
+                 for v in PARTS[p][2]} for p in parts}
+    results = compact({'seeds': seeds, 'parts': {p: {v: gather(e) for v, e in evals[p].items()} for p in parts},
+                       'matched': {p: {f'{a}|{b}': matched(evals[p][a], evals[p][b]) for a, b in MATCHED
+                                       if a in evals[p] and b in evals[p]} for p in parts if PARTS[p][0] == 'lm'}})
+    with open(os.path.join(out, 'results.json.tmp'), 'w') as f:
+        json.dump(results, f)
+    os.replace(os.path.join(out, 'results.json.tmp'), os.path.join(out, 'results.json'))
+    print(f"wrote {out}/results.json")
+else:  # results kept before the fraction of right tokens beyond 1x was: made from its seeds' numbers
+    for r in (r for rows in results['parts'].values() for r in rows.values()):
+        for m in [*r['steps'].values(), *(m for k, m in r.items() if k.startswith('avg_'))]:
+            if 'token_accuracy' in m and 'token_beyond' not in m:
+                far = [a['seeds'] for L, a in m['token_accuracy'].items() if int(L) > r['train_length']['mean']]
+                m['token_beyond'] = stats([mean(x) for x in zip(*far)])
 
 
 # -----------------------------------------------------------------------------
-# 3. summary.md: the claims, ours as mean +- std over seeds, and a verdict by the spread
+# 3. summary.md: every comparison seed by seed, with the verdict of one rule (tools/verdict.py)
 def fmt(s, digits=3):
     return f"{s['mean']:.{digits}f} ± {s['std']:.{digits}f}"
 
 
-def verdict(a, b, lower_is_better):
-    """Whether b beats a as the paper says: a win only when the difference exceeds the spread
-    across seeds (the sum of the two standard deviations)."""
-    diff = (a['mean'] - b['mean']) * (1 if lower_is_better else -1)
-    spread = a['std'] + b['std']
-    if a['std'] == b['std'] == 0 and diff == 0:
-        return 'no signal (equal on every seed)'
-    if diff > spread:
-        return 'holds'
-    if diff > 0:
-        return 'holds weakly (same direction, within the seed spread)'
-    return 'does not hold (reversed beyond the spread)' if -diff > spread else 'does not hold (within the spread)'
+def verdict(a, b, lower_is_better, cells=True):
+    """b against a (stats with their 'seeds') -> the cells: b better by, per seed | mean and its
+    95% t-interval | the verdict of tools/verdict.py, and 'every seed' when they all agree; or,
+    not cells, one line: the verdict, the mean and the interval."""
+    r = paired(a['seeds'], b['seeds'], lower_is_better)
+    every = f" (every seed {'better' if r['mean'] > 0 else 'worse'})" if r['every_seed'] else ''
+    interval = f"{r['mean']:+.3f} [{r['lo']:+.3f}, {r['hi']:+.3f}]"
+    if not cells:
+        return f"{r['verdict']}{every}: {interval}"
+    return ' '.join(f"{x:+.3f}" for x in r['diffs']) + f" | {interval} | {r['verdict']}{every}"
 
 
 P, M = results['parts'], results['matched']
 inside = lambda p: '-'.join(str(int(next(iter(P[p].values()))['train_length']['mean']) // d)  # noqa: E731
                              for d in (2, 1))  # the in-distribution band: the second half of the training length
 final = lambda r: r['steps'][str(int(r['final']['mean']))]  # noqa: E731  (every seed has the same steps)
+# what a part is measured by: (name, the value from one checkpoint's measures, lower is better)
+MEASURES = {'lm': [('CE 8-16x', lambda m: m['bands']['8-16x'], True)],
+            'task': [('accuracy beyond 1x', lambda m: m['beyond'], False),  # exact match; and the right tokens,
+                     ('token accuracy beyond 1x', lambda m: m['token_beyond'], False)]}  # which move at 0
+AVERAGED = {'avg_stable': 'its average of the last 5 of the stable phase',
+            'avg_anneal': 'its average of the last 5 of the anneal',
+            **{f'avg_{K}': f'its average of the last {K} of CPT' for K in (10, 20, 30)}}
+
+
+def fails(p, v, cpt=False):
+    """The premise of a claim (docs/study.md): run v fails beyond its training length T. lm: its CE
+    at 8-16x lies above its CE inside, by the rule; task: its accuracy at 8T and 16T (their mean)
+    lies below its accuracy at T, by the rule, and for a CPT claim (Table 1: 0.0 at 2x) under 30%
+    of Orig.'s accuracy at T (seed means)."""
+    r = final(P[p][v])
+    if PARTS[p][0] == 'lm':
+        rise = r['rise']['8-16x']['seeds']  # one seed: its sign
+        verdict_ = paired(rise, [0.0] * len(rise), True)['verdict']
+        return verdict_ == 'holds' or (len(rise) == 1 and rise[0] > 0)
+    T, acc = int(P[p][v]['train_length']['mean']), r['accuracy']
+    far = [mean(x) for x in zip(*(a['seeds'] for L, a in acc.items() if int(L) >= 8 * T))]
+    low = not cpt or mean(far) < 0.3 * final(P[p]['orig'])['accuracy'][str(T)]['mean']
+    drop = paired(acc[str(T)]['seeds'], far, True)
+    return (drop['verdict'] == 'holds' or (len(far) == 1 and drop['mean'] > 0)) and low
+
+
+SETTINGS = {'': 'p = 0.1', '_p0.05': 'p = 0.05', '_p0.2': 'p = 0.2'}
 CLAIMS = [('wd', 'no_wd', 'WD over-fits the training length: no-WD better than WD', 'Fig. 1 (from scratch)'),
-          ('no_wd', 'pn_d', 'dropout helps extrapolation: PN-D better than no-WD', 'Table 11: PN-D ~ WD'),
-          ('no_wd', 'pl_d', 'dropout helps extrapolation: PL-D better than no-WD', 'Table 11: PL-D >> WD'),
-          ('no_wd', 'vpad', 'dropout helps extrapolation: VPAD better than no-WD', 'Table 11: VPAD >> WD'),
-          ('pn_d', 'pl_d', 'pre-linear beats pre-norm dropout: PL-D better than PN-D',
-           'RULER 8K: PN-D 7.72 vs PL-D 20.11 (Table 10)'),
-          ('pl_d', 'vpad', 'VPAD beats pre-linear dropout: VPAD better than PL-D',
-           'RULER 8K: PL-D 20.11 vs VPAD 21.64 (Table 10)'),
+          *[('no_wd', f'{v}{s}', f'dropout helps extrapolation: {NAMES[f"{v}{s}"]} better than no-WD',
+             f'Table 11: {paper}') for s in SETTINGS for v, paper in
+            (('pn_d', 'PN-D ~ WD'), ('pl_d', 'PL-D >> WD'), ('vpad', 'VPAD >> WD')) if f'{v}{s}' in VARIANTS],
+          *[(f'pn_d{s}', f'pl_d{s}', f'pre-linear beats pre-norm dropout, {SETTINGS[s]}: PL-D better than PN-D',
+             'RULER 8K: PN-D 7.72 vs PL-D 20.11 (Table 10)') for s in SETTINGS],
+          *[(f'pl_d{s}', f'vpad{s}', f'VPAD beats pre-linear dropout, {SETTINGS[s]}: VPAD better than PL-D',
+             'RULER 8K: PL-D 20.11 vs VPAD 21.64 (Table 10)') for s in SETTINGS],
           ('vpad', 'vpad_b', 'VPAD-B (per feature) vs VPAD-A (per token)', 'not in the paper (our reconstructions)'),
           # continued pre-training into sliding windows (Table 1: NIAH-1 at 2x, 4K trained)
           ('orig', 'sw', 'windows alone: SW without CPT better than Orig.', 'Table 1: Orig. 0.0, SW 0.0', 'CPT'),
@@ -467,65 +507,83 @@ CLAIMS = [('wd', 'no_wd', 'WD over-fits the training length: no-WD better than W
             for m in METHODS],
           *[('pl_d', m, f'{NAMES[m]} instead of PL-D: {NAMES[m]} better than PL-D', 'not in the paper')
             for m in METHODS]]
+HEAD = ["| claim | part, measure | paper | baseline | second | second better by, per seed "
+        "| mean [95% t-interval] | verdict |", "|---|---|---|---|---|---|---|---|"]
 lines = [f"Every number: mean ± std over {len(seeds)} seeds ({', '.join(map(str, seeds))}), at the final checkpoint "
-         f"unless named. A claim holds when the difference exceeds the sum of the two standard deviations. "
-         f"*Raw* compares the two runs' final CE at 8-16x; *matched fit* compares the second run's final CE with "
-         f"the first run's own checkpoint (along its training, interpolated) that has the same in-distribution "
-         f"CE (the second half of the training length: positions 64-128 at 128 bytes), so that a less fitted model "
-         f"is not counted as one that extrapolates better. "
-         f"Made by `python -m tools.study` from {out}/results.json.", '',
-         "| claim | part | paper | first | second | raw verdict | first at the second's fit | matched-fit verdict |",
-         "|---|---|---|---|---|---|---|---|"]
+         f"unless named. Every comparison is paired, seed by seed (the seeds of two variants share their "
+         f"initial weights and batches): the second's gain over the baseline per seed, its mean and the 95% "
+         f"t-interval of the mean; the verdict *holds* when the interval lies above 0, *reversed* when below, "
+         f"else *does not hold* (within the seeds' spread); *(every seed)* when all seeds agree "
+         f"(tools/verdict.py). *not shown*: the part does not show the claim's premise (its baseline, or for "
+         f"CPT Orig. and SW without CPT, does not fail beyond the training length: `fails` in tools/study.py), "
+         f"so the claim is not tested there. Each claim is read against every baseline the runs have: the "
+         f"baseline's final checkpoint; on language, its own checkpoint along training with the second's "
+         f"in-distribution CE (the second half of the training length, interpolated: *matched fit*); its "
+         f"averaged checkpoints (their in-distribution CE beside them). The first table gives, per claim, the "
+         f"verdict against the final checkpoint and against the strongest baseline (the best of them at the "
+         f"measure). Made by `python -m tools.study` from {out}/results.json.", '',
+         '| claim | part, measure | paper | verdict against the final checkpoint | the strongest baseline '
+         '| verdict against it |', '|---|---|---|---|---|---|']
+detail = []
 for a, b, claim, paper, *cpt in CLAIMS:  # cpt: a claim about CPT, made of the CPT parts only
     for p in (p for p in parts if a in P[p] and b in P[p] and (p in PHASE1 or not cpt)):
-        if PARTS[p][0] == 'lm':
-            x, y = final(P[p][a])['bands']['8-16x'], final(P[p][b])['bands']['8-16x']
-            m = M[p].get(f'{a}|{b}', {}).get('8-16x')
-            lines.append(f"| {claim} | {p}, CE 8-16x | {paper} | {NAMES[a]} {fmt(x)} | {NAMES[b]} {fmt(y)} | "
-                         f"{verdict(x, y, True)} | " + (f"{NAMES[a]} {fmt(m)} | {verdict(m, y, True)} |" if m else
-                                                        f"{NAMES[a]} never had {NAMES[b]}'s fit | - |"
-                                                        if f'{a}|{b}' in M[p] else '- | - |'))
-        else:  # exact-match answers, and the fraction of right tokens (it moves where exact match is 0 everywhere)
-            for key, what in (('beyond', 'accuracy'), ('token_beyond', 'token accuracy')):
-                x, y = final(P[p][a])[key], final(P[p][b])[key]
-                lines.append(f"| {claim} | {p}, {what} beyond 1x | {paper} | {NAMES[a]} {fmt(x)} | {NAMES[b]} {fmt(y)} | "
-                             f"{verdict(x, y, False)} | - | - |")
+        premise = (fails(p, 'orig', True) and fails(p, 'sw', True) if cpt else
+                   fails(p, 'no_wd' if 'no_wd' in P[p] else a))
+        for what, get, lower in MEASURES[PARTS[p][0]]:
+            y = get(final(P[p][b]))
+            bases = [(NAMES[a], get(final(P[p][a])))]
+            m = M.get(p, {}).get(f'{a}|{b}', {}).get('8-16x') if what == 'CE 8-16x' else None
+            if m:
+                bases.append((f"{NAMES[a]} at {NAMES[b]}'s fit", m))
+            elif f'{a}|{b}' in M.get(p, {}):
+                bases.append((f"{NAMES[a]} never had {NAMES[b]}'s fit", None))
+            bases += [(f"{NAMES[a]}, {AVERAGED[k]} (in {fmt(P[p][a][k]['bands']['in'])})" if 'bands' in P[p][a][k]
+                       else f"{NAMES[a]}, {AVERAGED[k]}", get(P[p][a][k])) for k in P[p][a] if k in AVERAGED]
+            for base, x in bases:
+                cells = f"{fmt(x)} | {NAMES[b]} {fmt(y)} | {verdict(x, y, lower)}" if x else '- | - | - | - | -'
+                detail.append(f"| {claim} | {p}, {what} | {paper} | {base} {cells} |")
+            scored = [(name, x) for name, x in bases if x]
+            strongest = min(scored, key=lambda t: t[1]['mean'] * (1 if lower else -1))
+            shown = lambda x: verdict(x, y, lower, cells=False) if premise else 'not shown'  # noqa: E731
+            lines.append(f"| {claim} | {p}, {what} | {paper} | {shown(bases[0][1])} | {strongest[0]} "
+                         f"{fmt(strongest[1])} | {shown(strongest[1])} |")
+lines += ['', 'Every comparison behind the table above, against each baseline:', '', *HEAD, *detail, '',
+          'Checkpoint averaging (Table 12) and the variance mismatch (Figure 3), paired the same way:', '', *HEAD]
 AVERAGES = {name: (step, f'the last {AVERAGE_K} of the {what}', 41.2) for name, step, what in
             (('avg_anneal', 'final', 'anneal'), ('avg_stable', 'stable_end', 'stable phase'))}
 AVERAGES.update({f'avg_{K}': ('final', f'the last {K} of CPT', x) for K, x in ((10, 41.2), (20, 66.4), (30, 68.2))})
 for p in parts:
     for v in ('wd', 'no_wd', 'vpad', 'pl_d') if p in PHASE1 else ('wd', 'no_wd', 'vpad'):
         if v in P[p]:
-            get = (lambda r: r['bands']['8-16x']) if PARTS[p][0] == 'lm' else (lambda r: r['beyond'])
-            lower = PARTS[p][0] == 'lm'
-            for name, (step, what, paper) in ((n, a) for n, a in AVERAGES.items() if n in P[p][v]):
-                x = get(P[p][v]['steps'][str(int(P[p][v][step]['mean']))])
-                y = get(P[p][v][name])
-                lines.append(f"| checkpoint averaging helps: {what} | {p}, "
-                             f"{'CE 8-16x' if lower else 'accuracy beyond 1x'}, {NAMES[v]} | NIAH-1 8K: 0.0 -> {paper} "
-                             f"(Table 12) | its last checkpoint {fmt(x)} | averaged {fmt(y)} | {verdict(x, y, lower)} "
-                             f"| - | - |")
+            (what, get, lower), *_ = MEASURES[PARTS[p][0]]
+            for name, (step, avg, paper) in ((n, a) for n, a in AVERAGES.items() if n in P[p][v]):
+                last, averaged_ = P[p][v]['steps'][str(int(P[p][v][step]['mean']))], P[p][v][name]
+                x, y = get(last), get(averaged_)
+                fit = (lambda r: f" (in {fmt(r['bands']['in'])})") if lower else (lambda r: '')  # noqa: E731
+                lines.append(f"| checkpoint averaging helps: {avg} | {p}, {what}, {NAMES[v]} | NIAH-1 8K: "
+                             f"0.0 -> {paper} (Table 12) | its last checkpoint {fmt(x)}{fit(last)} | averaged "
+                             f"{fmt(y)}{fit(averaged_)} | {verdict(x, y, lower)} |")
 for p in (p for p in parts if 'pl_d' in P[p] and 'probe_halves' in P[p]['pl_d']):
     for v in (v for v in ('vpad', 'vpad_b') if v in P[p]):
         for i, which in enumerate(('first', 'second')):
             x, y = P[p]['pl_d']['probe_halves'][i], P[p][v]['probe_halves'][i]
             lines.append(f"| VPAD reduces the pre-activation variance mismatch | {p}, {which} half of the layers | "
                          f"PL-D {(0.29, 0.37)[i]} vs VPAD {(0.09, 0.06)[i]} (Fig. 3) | PL-D {fmt(x)} | {NAMES[v]} "
-                         f"{fmt(y)} | {verdict(x, y, True)} | - | - |")
+                         f"{fmt(y)} | {verdict(x, y, True)} |")
 
 # the matched-fit control for every dropout variant against no-WD (the p sweep included)
 for p in (p for p in parts if PARTS[p][0] == 'lm' and 'no_wd' in P[p]):
     lines += ['', f"**{p}**, matched fit: each variant's final checkpoint against no-WD's own checkpoint of the same "
               f"in-distribution CE (CE {inside(p)})", '',
               f'| variant | CE {inside(p)} | CE 4-8x | no-WD at that fit | CE 8-16x | no-WD at that fit '
-              '| verdict (8-16x) |',
-              '|---|---|---|---|---|---|---|']
+              '| better by, per seed (8-16x) | mean [95% t-interval] | verdict |',
+              '|---|---|---|---|---|---|---|---|---|']
     for v in (v for v in P[p] if f'no_wd|{v}' in M[p]):  # not the rows of a CPT part's phase 1
         r, m = final(P[p][v])['bands'], M[p][f'no_wd|{v}']
         cells = [fmt(r['in'])] + [x for band in ('4-8x', '8-16x')
                                   for x in (fmt(r[band]), fmt(m[band]) if band in m else 'never at that fit')]
         lines.append(f"| {NAMES[v]} | " + ' | '.join(cells) + ' | '
-                     + (verdict(m['8-16x'], r['8-16x'], True) if '8-16x' in m else '-') + ' |')
+                     + (verdict(m['8-16x'], r['8-16x'], True) if '8-16x' in m else '- | - | -') + ' |')
 
 # per part: the measure across training, and every band (or length) at the end
 averaged = lambda r: r.get('avg_anneal') or r['avg_20']  # noqa: E731  (CPT: the last 20, Table 12's best at 2x)
