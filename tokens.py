@@ -274,6 +274,7 @@ class NiahMixture:
             data, mix, tokenizer, lengths, seed)
         self.meta, self.eot, self.ruler_data, self.sizes = (
             data.meta, data.eot, ruler.Data(say=lambda *args: None), {})
+        self.room = len(tokenizer.encode(' 1234567.')) + 1  # an answer and eot
         for L in lengths:  # every length holds the template, a haystack line and the answer
             self.document(L, 'check')
 
@@ -282,10 +283,9 @@ class NiahMixture:
 
     def document(self, L, id):
         """The NIAH-1 document `id` of L tokens at most -> (tokens, number of answer tokens)."""
-        room = len(self.tokenizer.encode(' 1234567.')) + 1  # the answer and eot
         try:  # ruler.prompt leaves its tokens_to_generate free: here the answer's room
             text, answers = ruler.prompt('niah_single_1', self.tokenizer,
-                                         L - room + ruler.TOKENS_TO_GENERATE['niah'], f'train/{id}',
+                                         L - self.room + ruler.TOKENS_TO_GENERATE['niah'], f'train/{id}',
                                          self.seed, self.ruler_data, self.sizes)
         except ValueError:
             raise ValueError(f"a NIAH-1 document of {L} tokens is too short for RULER's template "
