@@ -285,8 +285,8 @@ class NiahMixture:
         """The NIAH-1 document `id` of L tokens at most -> (tokens, number of answer tokens)."""
         try:  # ruler.prompt leaves its tokens_to_generate free: here the answer's room
             text, answers = ruler.prompt('niah_single_1', self.tokenizer,
-                                         L - self.room + ruler.TOKENS_TO_GENERATE['niah'], f'train/{id}',
-                                         self.seed, self.ruler_data, self.sizes)
+                                         L - self.room + ruler.TOKENS_TO_GENERATE['niah'],
+                                         f'train/{id}', self.seed, self.ruler_data, self.sizes)
         except ValueError:
             raise ValueError(f"a NIAH-1 document of {L} tokens is too short for RULER's template "
                              f"and one haystack line: use lengths of at least 512 bytes or so")
