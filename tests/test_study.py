@@ -266,3 +266,25 @@ def test_study_methods_on_the_probes(tmp_path):
     learned = last('learned')
     assert learned['model']['wpe.weight'].shape[0] == 138  # 128 + 2 * 4 + 3 tokens, less the last
     assert os.path.getsize(os.path.join(out, 'tasks.png')) > 10_000 and os.path.getsize(os.path.join(out, 'methods.png')) > 10_000
+
+
+def test_report_rebuilds_the_paired_claims_from_saved_results(tmp_path):
+    """--report: the summary of a saved results.json (assets/, nothing trained), its paired
+    verdicts recomputed here with scipy from the seeds' own numbers in the JSON."""
+    scipy_stats = pytest.importorskip('scipy.stats')
+    saved = os.path.join(ROOT, 'assets', 'study_cpt_results.json')
+    r = subprocess.run([sys.executable, '-m', 'tools.study', f'--report={saved}', f'--out={tmp_path}'],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    P = json.load(open(saved))['parts']['cpt_sw']
+    wd, pl_d = (P[v]['steps'][str(int(P[v]['final']['mean']))]['bands']['8-16x'] for v in ('wd', 'pl_d'))
+    d = np.subtract(wd['seeds'], pl_d['seeds'])  # PL-D's gain over WD, per seed
+    lo, hi = scipy_stats.t.interval(0.95, len(d) - 1, loc=d.mean(), scale=scipy_stats.sem(d))
+    verdict = 'holds' if lo > 0 else 'reversed' if hi < 0 else 'does not hold'
+    claim = '| SW CPT with dropout extrapolates: PL-D better than WD | cpt_sw, CE 8-16x | Table 1: WD 0.0, dropout ~100 |'
+    summary = open(tmp_path / 'summary.md').read()
+    assert (f"{claim} WD {wd['mean']:.3f} ± {wd['std']:.3f} | PL-D {pl_d['mean']:.3f} ± {pl_d['std']:.3f} | "
+            + ' '.join(f'{x:+.3f}' for x in d) + f" | {d.mean():+.3f} [{lo:+.3f}, {hi:+.3f}] | {verdict}") in summary
+    # the premise: SW without CPT does not fail beyond the length (its CE falls beyond 1x), so the
+    # claim is not shown there, whichever way the comparison goes
+    assert f"{claim} not shown |" in summary and not r.stdout.startswith('0 runs')

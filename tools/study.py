@@ -318,6 +318,8 @@ if unknown:
     raise SystemExit(f"unknown parts or variants {unknown}: choose from {list(PARTS)} and "
                      f"{[*VARIANTS, *VIEWS, 'orig']}")
 if report:  # the parts, variants and seeds the results hold; nothing to train
+    if not os.path.exists(report):
+        raise SystemExit(f"no results at {report}: give a study's results.json (assets/study_*results.json)")
     results = json.load(open(report))
     parts, seeds = list(results['parts']), results['seeds']
     variants = [v for p in parts for v in results['parts'][p]]
@@ -329,10 +331,11 @@ runs = [] if report else [(p, v, s) for p in parts for v in PARTS[p][2] for s in
 needed = {(p, source(p, v), s) for p, v, s in runs if source(p, v)}  # trained in a first wave
 pending = [r for r in runs if not os.path.exists(os.path.join(run_dir(*r), 'eval.json'))]
 threads = max(1, (os.cpu_count() or 2) // jobs)
-print(f"{len(runs)} runs in {out}, {len(runs) - len(pending)} done; {len(pending)} to go, {jobs} at a time "
-      f"on {threads} thread(s) each")
+if runs:
+    print(f"{len(runs)} runs in {out}, {len(runs) - len(pending)} done; {len(pending)} to go, {jobs} at a "
+          f"time on {threads} thread(s) each")
 failed = []
-with ThreadPoolExecutor(jobs) as pool, tqdm(total=len(pending), unit='run') as bar:
+with ThreadPoolExecutor(jobs) as pool, tqdm(total=len(pending), unit='run', disable=not runs) as bar:
     for wave in ([r for r in pending if r in needed], [r for r in pending if r not in needed]):
         for r, error in zip(wave, pool.map(lambda r: train(*r, threads), wave)):
             bar.update()
@@ -513,7 +516,8 @@ lines = [f"Every number: mean ± std over {len(seeds)} seeds ({', '.join(map(str
          f"unless named. Every comparison is paired, seed by seed (the seeds of two variants share their "
          f"initial weights and batches): the second's gain over the baseline per seed, its mean and the 95% "
          f"t-interval of the mean; the verdict *holds* when the interval lies above 0, *reversed* when below, "
-         f"else *does not hold* (within the seeds' spread); *(every seed)* when all seeds agree "
+         f"else *does not hold* (within the seeds' spread); *(every seed better)* or *(every seed worse)* "
+         f"when all seeds agree "
          f"(tools/verdict.py). *not shown*: the part does not show the claim's premise (its baseline, or for "
          f"CPT Orig. and SW without CPT, does not fail beyond the training length: `fails` in tools/study.py), "
          f"so the claim is not tested there. Each claim is read against every baseline the runs have: the "
@@ -521,7 +525,7 @@ lines = [f"Every number: mean ± std over {len(seeds)} seeds ({', '.join(map(str
          f"in-distribution CE (the second half of the training length, interpolated: *matched fit*); its "
          f"averaged checkpoints (their in-distribution CE beside them). The first table gives, per claim, the "
          f"verdict against the final checkpoint and against the strongest baseline (the best of them at the "
-         f"measure). Made by `python -m tools.study` from {out}/results.json.", '',
+         f"measure). Made by `python -m tools.study` from {report or out + '/results.json'}.", '',
          '| claim | part, measure | paper | verdict against the final checkpoint | the strongest baseline '
          '| verdict against it |', '|---|---|---|---|---|---|']
 detail = []
