@@ -288,3 +288,33 @@ def test_report_rebuilds_the_paired_claims_from_saved_results(tmp_path):
     # the premise: SW without CPT does not fail beyond the length (its CE falls beyond 1x), so the
     # claim is not shown there, whichever way the comparison goes
     assert f"{claim} not shown |" in summary and not r.stdout.startswith('0 runs')
+
+
+def test_study_tables_1_and_5_with_retrieval_learned_in_phase_1(tmp_path):
+    """cpt_niah and cpt_niah_mamba: phase 1 on language mixed with NIAH-1 documents, CPT from its
+    final checkpoint on language alone (the mixture never reaches CPT), NIAH-1 scored by length,
+    and the outcome of the reading rules in the summary."""
+    data = byte_dataset(tmp_path / 'long' / 'byte', 4, 2, 3600)  # 16x of 1024: 16385-byte windows
+    out = str(tmp_path / 'study')
+    r = subprocess.run([sys.executable, '-m', 'tools.study', f'--out={out}', '--tiny=True', '--seeds=[1]',
+                        f'--data_dir={data}', "--parts=['cpt_niah', 'cpt_niah_mamba']",
+                        "--variants=['sw', 'wd', 'pl_d', 'pn_d_p0.2']"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    config = lambda part, v: torch.load(sorted(glob.glob(os.path.join(out, part, v, 's1', 'ckpt_*.pt')))[-1],  # noqa: E731
+                                        weights_only=True)['config']
+    for part in ('cpt_niah', 'cpt_niah_mamba'):
+        assert config(part, 'orig')['niah_mix'] == 0.5 and config(part, 'orig')['block_size'] == 1024
+        for v in ('wd', 'pl_d' if part == 'cpt_niah' else 'pn_d_p0.2'):
+            assert config(part, v)['niah_mix'] == 0.0  # CPT: language alone
+            assert 'NIAH-1' not in open(os.path.join(out, part, v, 's1', 'train.log')).read()
+    assert config('cpt_niah', 'wd')['window'] == [512, 512, 512, 0] * 2
+    P = json.load(open(os.path.join(out, 'results.json')))['parts']
+    final = P['cpt_niah']['pl_d']['steps'][str(int(P['cpt_niah']['pl_d']['final']['mean']))]
+    assert list(final['niah']) == ['1024', '2048', '4096', '8192', '16384']
+    assert final['niah_far']['mean'] == pytest.approx(mean([final['niah']['8192']['mean'],
+                                                             final['niah']['16384']['mean']]), abs=1e-5)
+    summary = open(os.path.join(out, 'summary.md')).read()
+    assert '**Table 1 in small (cpt_niah)**, by the reading rules' in summary
+    assert '**Table 5 in small (cpt_niah_mamba)**, by the reading rules' in summary
+    assert 'NIAH-1 accuracy by length' in summary and os.path.getsize(os.path.join(out, 'niah.png')) > 10_000

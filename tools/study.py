@@ -70,7 +70,8 @@ import checkpoint
 import tasks
 from configurator import configure
 from measures import attention_entropy, band_means, loss_curve, moving_average, variance_mismatch
-from tokens import TokenData, batch_rng
+import ruler
+from tokens import TokenData, Tokenizer, batch_rng
 from tools.verdict import paired
 
 # -----------------------------------------------------------------------------
@@ -139,13 +140,23 @@ SMOL = lambda layers: [f"--pos_encoding={['rope'] * (layers - 1) + ['nope']}"]  
 # was; 'sw' is its final weights with the windows and no CPT; every other variant continues those
 # weights with the windows on, as the paper's SWU: 10% warm-up, then a constant learning rate a
 # tenth of phase 1's (SmolLM3's CPT: 2e-5), for a little over half of phase 1's tokens.
+# Tables 1 and 5 where their premise can show (docs/study.md, the reading rules): phase 1 learns
+# NIAH-1 from language mixed with its documents (train.py --niah_mix) on 1024-byte windows (RULER's
+# template takes about 300 bytes), SmolLM3's layers twice (NoPE inside the stack), or Mamba2;
+# CPT continues on language alone (CPT's --niah_mix=0) for 15% of phase 1's tokens
+NIAH_LM = [*LM, '--block_size=1024', '--batch_size=4', '--niah_mix=0.5', '--max_tokens=16384000',
+           '--ckpt_interval=250', '--n_layer=8']
 PHASE1 = {'cpt_sw': (LM + SMOL(4), [32, 32, 32, 0]),
           # 3200 steps: at the needle parts' 1600 this hybrid learned the lookup in 1 seed of 3
-          'cpt_sw_needle': (NEEDLE + SMOL(2) + [f'--max_tokens={3200 * 2048}'], [16, 0])}
+          'cpt_sw_needle': (NEEDLE + SMOL(2) + [f'--max_tokens={3200 * 2048}'], [16, 0]),
+          'cpt_niah': (NIAH_LM + [f"--pos_encoding={['rope', 'rope', 'rope', 'nope'] * 2}"],
+                       [512, 512, 512, 0] * 2),
+          'cpt_niah_mamba': (NIAH_LM + MAMBA, None)}  # no windows: CPT at the same length
+NIAH_PARTS = ('cpt_niah', 'cpt_niah_mamba')
 CPT = lambda part, lr, steps, every: [  # noqa: E731
-    *PHASE1[part][0], f'--window={PHASE1[part][1]}', '--schedule=constant', '--warmup_frac=0.1',
-    f'--learning_rate={lr}', f"--max_tokens={steps * (4096 if PHASE1[part][0][0] == LM[0] else 2048)}",
-    f'--ckpt_interval={every}']
+    *PHASE1[part][0], *([f'--window={PHASE1[part][1]}'] if PHASE1[part][1] else []), '--niah_mix=0',
+    '--schedule=constant', '--warmup_frac=0.1', f'--learning_rate={lr}',
+    f"--max_tokens={steps * (4096 if PHASE1[part][0][0] == LM[0] else 2048)}", f'--ckpt_interval={every}']
 METHOD_ROWS = [f'{m}{s}' for m in METHODS for s in ('', '_pl_d')]
 # the probes as the needle, spike check off too (DroPE's recalibration on the offset task, from a loss of
 # 11.7 nats once RoPE is gone, rose 1.1 nats above its recent low at step 55 of seed 1)
@@ -169,6 +180,10 @@ PARTS = {  # part -> (kind, train.py arguments, variants)
                             '--ckpt_interval=50'], CORE[:4]),
     'cpt_sw': ('lm', CPT('cpt_sw', 2e-4, 400, 10), CPT_VARIANTS),
     'cpt_sw_needle': ('task', CPT('cpt_sw_needle', 3e-4, 800, 20), [v for v in CPT_VARIANTS if 'p0.2' not in v]),
+    # not in the default list: Tables 1 and 5 with retrieval learned in phase 1 (docs/study.md)
+    'cpt_niah': ('lm', CPT('cpt_niah', 2e-4, 600, 20),
+                 ['orig', 'sw', 'wd', 'no_wd', 'pn_d', 'pl_d', 'pl_d_p0.2', 'vpad', 'attn_d']),
+    'cpt_niah_mamba': ('lm', CPT('cpt_niah_mamba', 2e-4, 600, 20), ['orig', 'wd', 'no_wd', 'pn_d_p0.2']),
     'methods': ('lm', LM + ['--pos_encoding=rope'], ['no_wd', 'pl_d', 'vpad', *METHOD_ROWS]),
     # the methods on retrieval and the two probes, each task with the positions it asks about (tasks.py):
     # learned ones cannot be scored beyond their table, so only on the delay copy (whose length is fixed)
@@ -181,6 +196,12 @@ TINY = {'lm': ['--n_layer=4', '--n_embd=32', '--n_head=2', '--block_size=64', '-
                '--ckpt_interval=2', '--eval_iters=2'],  # 20 steps
         'task': ['--n_layer=2', '--n_embd=32', '--n_head=2', '--max_tokens=40960', '--ckpt_interval=2',
                  '--eval_iters=2', '--task_eval_samples=4']}
+# the NIAH parts' 1024-byte windows (the mixture's) and 16K evaluations: 8 steps, and no more
+# NIAH-1 than one prompt per length at the final checkpoint (evaluate)
+TINY.update(dict.fromkeys(NIAH_PARTS, ['--n_embd=16', '--n_head=1', '--tokens_per_batch=2048',
+                                       '--batch_size=2', '--max_tokens=16384', '--ckpt_interval=4',
+                                       '--eval_iters=2']))
+TINY['cpt_niah_mamba'] = TINY['cpt_niah'] + ['--n_layer=2']
 FRACTIONS = (0.15, 0.3, 0.45, 0.6, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0)  # checkpoints evaluated, as fractions of training
 ANNEAL_START = 0.8  # the WSD anneal of both configs starts here (anneal_frac = 0.2)
 AVERAGE_K = 5  # checkpoint averaging: the last K checkpoints of the stable phase, and of the anneal
@@ -189,6 +210,8 @@ EVAL_WINDOWS, ENTROPY_WINDOWS = 16, 4  # lm: validation windows of 16x the train
 if tiny:  # the tests: the pipeline, not the numbers
     EVAL_WINDOWS, ENTROPY_WINDOWS = 2, 1
 TASK_SAMPLES = 100  # needle: held-out samples per length
+NIAH_SAMPLES = 1 if tiny else 20  # NIAH-1 prompts per length (eval_niah.py's), at 1x to 16x
+NIAH_NEW = 16 if tiny else ruler.TOKENS_TO_GENERATE['niah']  # tokens an answer may take (eot ends it)
 
 
 def run_dir(part, variant, seed):
@@ -225,7 +248,7 @@ def train(part, variant, seed, threads):
                 c = checkpoint.load_any(start)['config']  # (100 steps in the tiny runs too: after TINY)
                 from_source = [f"--learning_rate={c['learning_rate'] / 10}",
                                f"--max_tokens={100 * c['tokens_per_batch']}"]
-        cmd = [sys.executable, 'train.py', *args, *(TINY[PARTS[part][0]] if tiny else []), *from_source,
+        cmd = [sys.executable, 'train.py', *args, *(TINY.get(part, TINY[PARTS[part][0]]) if tiny else []), *from_source,
                f'--seed={seed}', f'--out_dir={d}', '--device=cpu', '--init_from=' + ('resume' if resume else start)]
         with open(os.path.join(d, 'train.log'), 'a') as log:
             if subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env).returncode:
@@ -262,6 +285,20 @@ def task_measures(net, task, lengths, seed):
             'token_accuracy': {str(L): c for L, c in zip(lengths, correct[:, 1].tolist())}}
 
 
+def niah_measures(net, tokenizer, T):
+    """NIAH-1 as eval_niah.py scores it (RULER's niah_single_1 prompts at seed 42, greedy answers,
+    string match) at T to 16T tokens -> {'niah': {length: the fraction of NIAH_SAMPLES found}}."""
+    data, sizes, acc = ruler.Data(say=lambda *args: None), {}, {}
+    for L in (T, 2 * T, 4 * T, 8 * T, 16 * T):
+        found = 0.0
+        for i in range(NIAH_SAMPLES):
+            text, answers = ruler.prompt('niah_single_1', tokenizer, L, f'niah/{L}/{i}', 42, data, sizes)
+            answer = ruler.predict(net, tokenizer, text, NIAH_NEW, 'cpu')
+            found += ruler.string_match_all(ruler.postprocess(answer), answers)
+        acc[str(L)] = found / NIAH_SAMPLES
+    return {'niah': acc}
+
+
 def evaluate(part, variant, seed):
     """The measures of one run at the checkpoints FRACTIONS of the way through its training, and of
     the averages of its last AVERAGE_K checkpoints of the stable phase and of the anneal (of the last
@@ -277,9 +314,15 @@ def evaluate(part, variant, seed):
     cfg = ckpt['config']
     if kind == 'lm':
         T = cfg['block_size']
-        windows = TokenData(cfg['data_dir'], 'val').long_windows(16 * T, EVAL_WINDOWS)  # (n, 16T + 1)
-        attends = ckpt['model_type'] == 'transformer'
+        n = 1 if tiny and part in NIAH_PARTS else EVAL_WINDOWS  # (the tests: one of 16K tokens)
+        windows = TokenData(cfg['data_dir'], 'val').long_windows(16 * T, n)  # (n, 16T + 1)
+        # the entropy of 16K-token windows costs more than the rest; not for the NIAH parts
+        attends = ckpt['model_type'] == 'transformer' and part not in NIAH_PARTS
         measure = lambda entropy=True: lm_measures(net, windows, T, entropy and attends)  # noqa: E731
+        if part in NIAH_PARTS:  # and retrieval, learned in phase 1
+            tokenizer, lm = Tokenizer(TokenData(cfg['data_dir'], 'val').meta['tokenizer']), measure
+            measure = lambda entropy=True, niah=True: {  # noqa: E731  (the tests: NIAH-1 at the end only)
+                **lm(entropy), **(niah_measures(net, tokenizer, T) if niah else {})}
     else:
         T = cfg['task_max_len']
         task = tasks.from_config(cfg)
@@ -287,13 +330,13 @@ def evaluate(part, variant, seed):
     result = {'train_length': T, 'final': steps[-1], 'stable_end': stable_end, 'steps': {}}
     for s in tqdm(picked, desc=d, leave=False):
         net.load_state_dict(checkpoint.load_any(checkpoint.step_path(src, s))['model'])
-        result['steps'][str(s)] = measure()
+        result['steps'][str(s)] = measure(niah=s == steps[-1] or not tiny) if part in NIAH_PARTS else measure()
     groups = ({f'avg_{K}': steps[-K:] for K in (10, 20, 30)} if part in PHASE1 and variant not in ('orig', 'sw') else
               {name: [s for s in steps if s <= last][-AVERAGE_K:] for name, last in (('avg_stable', stable_end),
                                                                                      ('avg_anneal', steps[-1]))})
     for name, group in groups.items():
         net.load_state_dict(average_ckpts.average([checkpoint.step_path(src, s) for s in group]))
-        result[name] = measure(entropy=False)
+        result[name] = measure(entropy=False, **({'niah': not tiny} if part in NIAH_PARTS else {}))
     if kind == 'lm' and cfg['dropout_type'] in ('pre_linear', 'vpad'):
         net.load_state_dict(ckpt['model'])
         torch.manual_seed(0)
@@ -373,6 +416,9 @@ def derive(e):
     for m in [*e['steps'].values(), *(m for k, m in e.items() if k.startswith('avg_'))]:
         if 'bands' in m:
             m['rise'] = {b: x - m['bands']['in'] for b, x in m['bands'].items() if b != 'in'}
+        if 'niah' in m:  # the reading rules' measures: Table 1's at 8-16x, Table 5's at 2x
+            T = e['train_length']
+            m['niah_far'], m['niah_2x'] = mean([m['niah'][str(8 * T)], m['niah'][str(16 * T)]]), m['niah'][str(2 * T)]
         if 'accuracy' in m:
             m['beyond'] = mean(a for L, a in m['accuracy'].items() if int(L) > e['train_length'])
             m['token_beyond'] = mean(a for L, a in m['token_accuracy'].items() if int(L) > e['train_length'])
@@ -475,6 +521,9 @@ def fails(p, v, cpt=False):
     lies below its accuracy at T, by the rule, and for a CPT claim (Table 1: 0.0 at 2x) under 30%
     of Orig.'s accuracy at T (seed means)."""
     r = final(P[p][v])
+    if p in NIAH_PARTS:  # the reading rules: under 30% of Orig.'s accuracy at 1x
+        T = str(int(P[p][v]['train_length']['mean']))
+        return r[RULES[p][0]]['mean'] < 0.3 * final(P[p]['orig'])['niah'][T]['mean']
     if PARTS[p][0] == 'lm':
         rise = r['rise']['8-16x']['seeds']  # one seed: its sign
         verdict_ = paired(rise, [0.0] * len(rise), True)['verdict']
@@ -484,6 +533,19 @@ def fails(p, v, cpt=False):
     low = not cpt or mean(far) < 0.3 * final(P[p]['orig'])['accuracy'][str(T)]['mean']
     drop = paired(acc[str(T)]['seeds'], far, True)
     return (drop['verdict'] == 'holds' or (len(far) == 1 and drop['mean'] > 0)) and low
+
+
+# the reading rules of the parts with retrieval learned in phase 1 (docs/study.md, fixed before
+# their runs): part -> (measure, the dropout that must beat WD, the rows that must fail, table)
+RULES = {'cpt_niah': ('niah_far', 'pl_d', ('orig', 'sw'), 'Table 1'),
+         'cpt_niah_mamba': ('niah_2x', 'pn_d_p0.2', ('orig',), 'Table 5')}
+
+
+def measures(p):
+    """The measures a part's claims are read by: MEASURES, and the reading rules' NIAH-1 measure."""
+    extra = {'cpt_niah': ('NIAH-1 at 8-16x', lambda m: m.get('niah_far'), False),  # None: not measured
+             'cpt_niah_mamba': ('NIAH-1 at 2x', lambda m: m.get('niah_2x'), False)}
+    return MEASURES[PARTS[p][0]] + ([extra[p]] if p in extra else [])
 
 
 SETTINGS = {'': 'p = 0.1', '_p0.05': 'p = 0.05', '_p0.2': 'p = 0.2'}
@@ -502,6 +564,8 @@ CLAIMS = [('wd', 'no_wd', 'WD over-fits the training length: no-WD better than W
           *[('wd', v, f'SW CPT with dropout extrapolates: {NAMES[v]} better than WD', 'Table 1: WD 0.0, dropout ~100',
              'CPT')
             for v in ('pn_d', 'pl_d', 'vpad', 'pl_d_p0.2', 'vpad_p0.2')],
+          ('wd', 'pn_d_p0.2', 'Mamba2 CPT with dropout extrapolates: PN-D p=0.2 better than WD',
+           'Table 5: WD 0.0, PN-D p=0.2 11.8 at 2x', 'CPT'),
           ('no_wd', 'attn_d', 'attention dropout helps: Attn-D better than no-WD', 'Tables 9, 10 (rows lost)'),
           ('attn_d', 'pl_d', 'attention dropout helps less than PL-D: PL-D better than Attn-D', 'Tables 9, 10'),
           # the field's methods (docs/methods.md): does a method help, and does PL-D add to it or replace it?
@@ -531,9 +595,9 @@ lines = [f"Every number: mean ± std over {len(seeds)} seeds ({', '.join(map(str
 detail = []
 for a, b, claim, paper, *cpt in CLAIMS:  # cpt: a claim about CPT, made of the CPT parts only
     for p in (p for p in parts if a in P[p] and b in P[p] and (p in PHASE1 or not cpt)):
-        premise = (fails(p, 'orig', True) and fails(p, 'sw', True) if cpt else
+        premise = (all(fails(p, r, True) for r in ('orig', 'sw') if r in P[p]) if cpt else
                    fails(p, 'no_wd' if 'no_wd' in P[p] else a))
-        for what, get, lower in MEASURES[PARTS[p][0]]:
+        for what, get, lower in measures(p):
             y = get(final(P[p][b]))
             bases = [(NAMES[a], get(final(P[p][a])))]
             m = M.get(p, {}).get(f'{a}|{b}', {}).get('8-16x') if what == 'CE 8-16x' else None
@@ -551,6 +615,20 @@ for a, b, claim, paper, *cpt in CLAIMS:  # cpt: a claim about CPT, made of the C
             shown = lambda x: verdict(x, y, lower, cells=False) if premise else 'not shown'  # noqa: E731
             lines.append(f"| {claim} | {p}, {what} | {paper} | {shown(bases[0][1])} | {strongest[0]} "
                          f"{fmt(strongest[1])} | {shown(strongest[1])} |")
+for p in (p for p in parts if p in RULES):  # the outcome by the reading rules
+    key, v, failing, table = RULES[p]
+    T, last = str(int(P[p]['orig']['train_length']['mean'])), {r: final(P[p][r]) for r in P[p]}
+    premise = all(last[r][key]['mean'] < 0.3 * last['orig']['niah'][T]['mean'] for r in failing)
+    wd_fails = last['wd'][key]['mean'] < 0.5 * last['wd']['niah'][T]['mean']
+    beats = paired(last['wd'][key]['seeds'], last[v][key]['seeds'], False)['verdict'] == 'holds'
+    outcome = 'not shown' if not premise else 'reproduced' if wd_fails and beats else 'not reproduced'
+    lines += ['', f"**{table} in small ({p})**, by the reading rules fixed before the runs "
+              f"(docs/study.md): **{outcome}**. Premise, under 30% of Orig.'s 1x accuracy "
+              f"({last['orig']['niah'][T]['mean']:.2f}): " + ', '.join(
+                  f"{NAMES[r]} {last[r][key]['mean']:.2f}" for r in failing) +
+              f"; WD-CPT {last['wd'][key]['mean']:.2f} against half its own 1x accuracy "
+              f"({last['wd']['niah'][T]['mean'] / 2:.2f}); {NAMES[v]} against WD: "
+              f"{verdict(last['wd'][key], last[v][key], False, cells=False)}."]
 lines += ['', 'Every comparison behind the table above, against each baseline:', '', *HEAD, *detail, '',
           'Checkpoint averaging (Table 12) and the variance mismatch (Figure 3), paired the same way:', '', *HEAD]
 AVERAGES = {name: (step, f'the last {AVERAGE_K} of the {what}', 41.2) for name, step, what in
@@ -618,6 +696,14 @@ for p in parts:
         cells = ([fmt(r['bands'][c]) for c in cols] + [fmt(averaged(P[p][v])['bands']['8-16x'])] if kind == 'lm' else
                  [fmt(r['accuracy'][c], 2) for c in cols] + [fmt(averaged(P[p][v])['beyond'], 2)])
         lines.append(f"| {NAMES[v]} | " + ' | '.join(cells) + ' |')
+    if p in NIAH_PARTS:  # 1x after CPT too: CPT on language alone may erode the skill
+        lengths = list(final(P[p][vs[0]])['niah'])
+        lines += ['', f"**{p}** at the final checkpoint: NIAH-1 accuracy by length (eval_niah.py's prompts, "
+                  f"{NIAH_SAMPLES} per length), and of the average of the last 20 CPT checkpoints at 8-16x", '',
+                  '| variant | ' + ' | '.join(lengths) + ' | averaged |', '|---' * (len(lengths) + 2) + '|']
+        lines += [f"| {NAMES[v]} | " + ' | '.join(fmt(final(P[p][v])['niah'][L], 2) for L in lengths) + ' | '
+                  + (fmt(P[p][v]['avg_20']['niah_far'], 2) if 'niah_far' in P[p][v].get('avg_20', {}) else '-')
+                  + ' |' for v in vs]
     if kind == 'task':
         lines += ['', f"**{p}** at the final checkpoint: the fraction of right answer tokens by length", '',
                   '| variant | ' + ' | '.join(cols) + ' |', '|---' * (len(cols) + 1) + '|']
@@ -819,5 +905,32 @@ if task_parts:  # the tasks: accuracy by length at the end, and beyond 1x across
         row[0].legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(os.path.join(out, 'tasks.png'), dpi=100)
+    plt.close(fig)
+niah_parts = [p for p in parts if p in NIAH_PARTS]
+if niah_parts:  # NIAH-1 by length at the end, and the reading rules' measure along CPT
+    fig, axes = plt.subplots(len(niah_parts), 2, figsize=(10, 3.6 * len(niah_parts)), squeeze=False)
+    for row, p in zip(axes, niah_parts):
+        key, what = RULES[p][0], {'niah_far': 'NIAH-1 at 8-16x', 'niah_2x': 'NIAH-1 at 2x'}[RULES[p][0]]
+        for v in P[p]:
+            acc = final(P[p][v])['niah']
+            band_plot(row[0], [int(L) for L in acc], list(acc.values()), v, marker='o', ms=3)
+            if v in PHASE1_ROWS:  # measured along phase 1: its end, as a level for CPT to beat
+                row[1].axhline(final(P[p][v])[key]['mean'], color=COLORS[v], ls=':')
+            else:
+                steps = [s for s in P[p][v]['steps'] if key in P[p][v]['steps'][s]]
+                band_plot(row[1], [int(s) for s in steps], [P[p][v]['steps'][s][key] for s in steps], v,
+                          marker='o', ms=3)
+        row[0].axvline(P[p]['orig']['train_length']['mean'], color='k', ls=':', lw=1)
+        row[0].set_xscale('log', base=2)
+        row[0].set_xlabel('prompt length, tokens (dotted: the training length)')
+        row[0].set_ylabel('NIAH-1 accuracy (final)')
+        row[1].set_xlabel('step of CPT (dotted: the end of phase 1)')
+        row[1].set_ylabel(what)
+        for ax in row:
+            ax.set_ylim(-0.05, 1.05)
+            ax.set_title(p, fontsize=9)
+        row[0].legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, 'niah.png'), dpi=100)
     plt.close(fig)
 print(f"wrote {out}/summary.md and the figures")
