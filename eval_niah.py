@@ -3,7 +3,8 @@ NIAH-1, as RULER's niah_single_1 (the paper's Tables 1, 5, 8, 12): one 7-digit n
 word key, hidden at a random line of the repeated "The grass is green. ..." haystack, the prompt
 sized to each length with the model's own tokenizer, greedy answers of up to 128 tokens, scored
 by RULER's string_match_all. Also the classic view: the needle at fixed depths, a depth x length
-heatmap.
+heatmap. `--task=niah_single_1_short` scores its short form (ruler.py) instead, for models trained
+on a few hundred bytes (docs/study.md's Tables 1 and 5 parts).
 
     python eval_niah.py --ckpt=out/quickstart/ckpt_000488.pt --lengths="[1024, 2048, 4096, 8192]"
 
@@ -55,6 +56,7 @@ if __name__ == '__main__':
     depths: list[int] = [0, 25, 50, 75, 100]  # needle depths (% of the haystack); [] for none
     depth_samples = 2  # samples per depth and length
     seed = 42
+    task: Literal['niah_single_1', 'niah_single_1_short'] = 'niah_single_1'  # the short: ruler.py
     window: int | list | None = None  # replaces the model's sliding windows (the paper's "SW")
     overrides: dict | None = None  # model arguments no weight depends on: {'rope_scaling': 'yarn'}
     chunk_size = 1024  # prefill chunk: a prompt's memory grows with chunk x length, not length^2
@@ -71,20 +73,21 @@ if __name__ == '__main__':
     out = out or ckpt.removesuffix('.pt').rstrip('/') + '_niah'
     measures.eval_outputs(out, 'eval_niah.py')
     settings = measures.eval_settings(info, 'eval_niah.py', window=window, overrides=overrides,
-                                      seed=seed, dtype=dtype, chunk_size=chunk_size)
+                                      seed=seed, dtype=dtype, chunk_size=chunk_size,
+                                      **({} if task == 'niah_single_1' else {'task': task}))
     results = ruler.Results(out + '.jsonl', settings, overwrite)  # read back under these only
 
     try:
         summary = ruler.evaluate_niah(model, tokenizer, results, lengths, samples, depths,
-                                      depth_samples, seed, device, chunk_size, autocast)
+                                      depth_samples, seed, device, chunk_size, autocast, task)
     except ValueError as e:  # a length too short for the task
         raise SystemExit(f"{e}: leave that length out of --lengths")
     name = os.path.basename(ckpt.rstrip('/'))
-    print(f"\nNIAH-1 (RULER niah_single_1, {samples} samples per length, string_match_all x 100)")
+    print(f"\nNIAH-1 ({task}, {samples} samples per length, string_match_all x 100)")
     print(f"{'model':<24}" + ''.join(f"{ruler.length_label(L):>8}" for L in lengths))
     print(f"{name:<24}" + ''.join(f"{summary['niah_1'][L]:>8.1f}" for L in lengths))
     with open(out + '.json', 'w') as f:
-        json.dump({'ckpt': ckpt, 'step': info['step'], 'task': 'niah_single_1', 'samples': samples,
+        json.dump({'ckpt': ckpt, 'step': info['step'], 'task': task, 'samples': samples,
                    'seed': seed, 'depth_samples': depth_samples, **summary}, f, indent=2)
     if depths:
         heatmap(out + '.png', summary['depth_x_length'], lengths, depths,

@@ -39,6 +39,7 @@ from tqdm import tqdm
 
 NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
 NEEDLE = "One of the special magic {type_needle_v} for {key} is: {value}."
+SHORT_NEEDLE = "The magic number for {key} is {value}."  # niah_single_1_short's (below)
 TASKS = {  # RULER's scripts/synthetic.yaml: task -> (its generator's kind in KINDS, its settings)
     'niah_single_1': ('niah', dict(type_haystack='noise', type_needle_k='words',
                                    type_needle_v='numbers')),
@@ -69,6 +70,13 @@ SUBSETS = {
     'synthetic': [t for t, (_, args) in TASKS.items() if 'dataset' not in args],
     'niah': [t for t, (kind, _) in TASKS.items() if kind == 'niah'],
 }
+# Not RULER's: niah_single_1 in its form (instruction, noise haystack, needle, the question as an
+# answer prefix), shortened for byte-level models trained on 256 bytes, where RULER's template
+# alone (about 300 bytes, 128 more kept for the answer) does not fit. The haystack lines are the
+# noise's sentences, so that a few hundred bytes still give the needle many depths. The study's
+# Tables 1 and 5 parts train and score it (docs/study.md); no subset above includes it.
+TASKS['niah_single_1_short'] = ('niah_short', dict(type_haystack='noise', type_needle_k='words',
+                                                   type_needle_v='numbers', short=True))
 ROOT = os.path.dirname(os.path.abspath(__file__))
 ESSAY = os.path.join(ROOT, 'data', 'ruler', 'essays.json')  # data/ruler/prepare.py writes both
 ENGLISH_WORDS = os.path.join(ROOT, 'data', 'ruler', 'english_words.json')
@@ -243,15 +251,18 @@ def sentences(text):
 
 
 def niah(num_haystack, rng, data, seed=42, type_haystack='noise', type_needle_k='words',
-         type_needle_v='numbers', num_needle_k=1, num_needle_v=1, num_needle_q=1, depth=None):
+         type_needle_v='numbers', num_needle_k=1, num_needle_v=1, num_needle_q=1, depth=None,
+         short=False):
     """Needles in a haystack of num_haystack lines (noise, needle) or words (essay). The needles
-    go at random lines, at random depths of the essay, or, for one needle, at `depth` percent."""
+    go at random lines, at random depths of the essay, or, for one needle, at `depth` percent.
+    short: niah_single_1_short's needle, noise sentences and template (KINDS['niah_short'])."""
     num_needle_k = max(num_needle_k, num_needle_q)
     keys, values, needles = [], [], []
     for _ in range(num_needle_k):
         keys.append(random_value(type_needle_k, rng, data))
         values.append([random_value(type_needle_v, rng, data) for _ in range(num_needle_v)])
-        needles += [NEEDLE.format(type_needle_v=type_needle_v, key=keys[-1], value=v)
+        needles += [(SHORT_NEEDLE if short else NEEDLE).format(type_needle_v=type_needle_v,
+                                                                key=keys[-1], value=v)
                     for v in values[-1]]
     random.Random(seed).shuffle(needles)  # RULER shuffles with its fixed seed
     assert depth is None or len(needles) == 1, "a needle depth is for a single needle"
@@ -270,7 +281,9 @@ def niah(num_haystack, rng, data, seed=42, type_haystack='noise', type_needle_k=
                 parts.append(needles[i - 1])
         context = ' '.join(parts)
     else:
-        if type_haystack == 'noise':
+        if type_haystack == 'noise' and short:  # its sentences in turn, one a line
+            lines = [sentences(NOISE)[i % 5] for i in range(num_haystack)]
+        elif type_haystack == 'noise':
             lines = [NOISE] * num_haystack
         elif type_haystack == 'needle':  # every line a distractor needle
             lines = [NEEDLE.format(type_needle_v=type_needle_v,
@@ -288,6 +301,8 @@ def niah(num_haystack, rng, data, seed=42, type_haystack='noise', type_needle_k=
     asked = rng.sample(range(num_needle_k), num_needle_q)
     queries, answers = [keys[i] for i in asked], [v for i in asked for v in values[i]]
     query = ', '.join(queries[:-1]) + ', and ' + queries[-1] if len(queries) > 1 else queries[0]
+    if short:
+        return KINDS['niah_short'].fill(context=context, query=query), answers
     template = KINDS['niah'].template + KINDS['niah'].answer_prefix
     if num_needle_q * num_needle_v == 1:  # RULER's wording for a single answer
         template = (template.replace('Some', 'A').replace('are all', 'is').replace('are', 'is')
@@ -503,6 +518,11 @@ KINDS = {
                  "mentioned in the provided text?",
         answer_prefix=" The special magic {type_needle_v} for {query} mentioned in the provided "
                       "text are"),
+    # niah_single_1_short (not RULER's, above): the answer, " 1234567.", and eot in 16 tokens
+    'niah_short': Kind(
+        niah, tokens_to_generate=16, step=lambda args, length: 5,  # lines
+        template="Remember the magic number.\n{context}\n",
+        answer_prefix="The magic number for {query} is"),
     'variable_tracking': Kind(
         variable_tracking, tokens_to_generate=30,
         step=lambda args, length: 10 if length >= 4096 else 5,  # noise lines
@@ -725,22 +745,23 @@ def length_label(n):
 # the evaluations: NIAH-1 (eval_niah.py) and the RULER tasks (eval_ruler.py)
 
 def evaluate_niah(model, tokenizer, results, lengths, samples, depths=(), depth_samples=0, seed=42,
-                  device='cpu', chunk_size=1024, autocast=None):
+                  device='cpu', chunk_size=1024, autocast=None, task='niah_single_1'):
     """Run every sample not yet in results (a Results) -> {'niah_1': {length: score},
-    'depth_x_length': {depth: {length: score}}}, scores as RULER's (x100)."""
+    'depth_x_length': {depth: {length: score}}}, scores as RULER's (x100). task: niah_single_1
+    or its short form."""
     jobs = [('niah', L, i, None) for L in lengths for i in range(samples)] + \
            [('depth', L, i, d) for d in depths for L in lengths for i in range(depth_samples)]
     sizes, data = {}, Data()
     # every length checked before any sample runs (ValueError: too short for the task)
     for L in lengths:
-        prompt('niah_single_1', tokenizer, L, 'check', seed, data, sizes)
+        prompt(task, tokenizer, L, 'check', seed, data, sizes)
     for kind, L, i, depth in tqdm(jobs, desc='NIAH-1', unit='sample'):
         id = f"{kind}/{L}/{i}" + ('' if depth is None else f"/{depth}")
         if id in results:
             continue
-        text, answers = prompt('niah_single_1', tokenizer, L, id, seed, data, sizes, depth)
-        prediction = postprocess(predict(model, tokenizer, text, TOKENS_TO_GENERATE['niah'], device,
-                                         chunk_size, autocast))
+        text, answers = prompt(task, tokenizer, L, id, seed, data, sizes, depth)
+        prediction = postprocess(predict(model, tokenizer, text, TOKENS_TO_GENERATE[TASKS[task][0]],
+                                         device, chunk_size, autocast))
         results.add({'id': id, 'kind': kind, 'length': L, 'depth': depth,
                      'tokens': len(tokenizer.encode(text)), 'answers': answers,
                      'prediction': prediction, 'score': string_match_all(prediction, answers)})

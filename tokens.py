@@ -262,16 +262,17 @@ class TokenData:
 
 class NiahMixture:
     """The language of `data` with a fraction `mix` of its training sequences replaced by NIAH-1
-    documents: RULER's niah_single_1 as ruler.prompt writes it (a 7-digit number under a word key
-    in the "The grass is green. ..." haystack, eval_niah.py's prompts) sized to a length drawn from
-    `lengths` (at most the training length), then the answer, " <number>." and eot. The loss
-    covers the answer and eot alone: the rest of the document is context, not text to model. It
-    stands in for what the paper's model learned in pre-training (docs/study.md: byte-level
-    models on Shakespeare alone do not learn to copy from context at this scale)."""
+    documents: `task` as ruler.prompt writes it (niah_single_1: a 7-digit number under a word key
+    in the "The grass is green. ..." haystack, eval_niah.py's prompts; or its short form,
+    niah_single_1_short) sized to a length drawn from `lengths` (at most the training length),
+    then the answer, " <number>." and eot. The loss covers the answer and eot alone: the rest of
+    the document is context, not text to model. It stands in for what the paper's model learned
+    in pre-training (docs/study.md: byte-level models on Shakespeare alone do not learn to copy
+    from context at this scale)."""
 
-    def __init__(self, data, mix, tokenizer, lengths, seed):
-        self.data, self.mix, self.tokenizer, self.lengths, self.seed = (
-            data, mix, tokenizer, lengths, seed)
+    def __init__(self, data, mix, tokenizer, lengths, seed, task='niah_single_1'):
+        self.data, self.mix, self.tokenizer, self.lengths, self.seed, self.task = (
+            data, mix, tokenizer, lengths, seed, task)
         self.meta, self.eot, self.ruler_data, self.sizes = (
             data.meta, data.eot, ruler.Data(say=lambda *args: None), {})
         self.room = len(tokenizer.encode(' 1234567.')) + 1  # an answer and eot
@@ -283,13 +284,14 @@ class NiahMixture:
 
     def document(self, L, id):
         """The NIAH-1 document `id` of L tokens at most -> (tokens, number of answer tokens)."""
+        free = ruler.TOKENS_TO_GENERATE[ruler.TASKS[self.task][0]]
         try:  # ruler.prompt leaves its tokens_to_generate free: here the answer's room
-            text, answers = ruler.prompt('niah_single_1', self.tokenizer,
-                                         L - self.room + ruler.TOKENS_TO_GENERATE['niah'],
+            text, answers = ruler.prompt(self.task, self.tokenizer, L - self.room + free,
                                          f'train/{id}', self.seed, self.ruler_data, self.sizes)
         except ValueError:
-            raise ValueError(f"a NIAH-1 document of {L} tokens is too short for RULER's template "
-                             f"and one haystack line: use lengths of at least 512 bytes or so")
+            raise ValueError(f"a {self.task} document of {L} tokens is too short for its template "
+                             f"and a haystack line: use a longer block_size (niah_single_1: 1024 "
+                             f"bytes or so; niah_single_1_short: 256)")
         answer = self.tokenizer.encode(f' {answers[0]}.') + [self.eot]
         return self.tokenizer.encode_prompt(text) + answer, len(answer)
 

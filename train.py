@@ -51,7 +51,9 @@ task: Literal['lm', 'copy', 'needle', 'offset', 'delay_copy'] = 'lm'  # lm: data
 data_dir = 'data/shakespeare/byte'  # lm: train*.bin / val*.bin and meta.json (data/*/prepare.py)
 train_tokens = 0  # lm: if > 0, only the first train_tokens tokens (repeated: a corpus to over-fit)
 niah_mix = 0.0  # lm: this fraction of the sequences are NIAH-1 documents (tokens.NiahMixture) of
-# block_size / 2 to block_size tokens, the loss on their answers: phase 1 of docs/study.md's CPT
+# 3/4 of block_size to block_size tokens, the loss on their answers: phase 1 of docs/study.md's CPT
+niah_task: Literal['niah_single_1', 'niah_single_1_short'] = 'niah_single_1'  # (ruler.py) the short
+# one for block sizes under 1024 bytes
 task_vocab = 32  # tasks: symbols, the 4 special ones included
 task_min_len = 50  # tasks: lengths in training (tasks.LENGTHS says of what), uniform in
 task_max_len = 100  # [task_min_len, task_max_len]; the test lengths are eval_lengths
@@ -179,12 +181,13 @@ else:
     train_data, val_data = training_data(data_dir, block_size, train_tokens, max_tokens)
     if niah_mix:  # validation stays language alone
         try:
-            lengths = [block_size // 2 + i * block_size // 16 for i in range(9)]
+            lengths = [block_size * (12 + i) // 16 for i in range(5)]
             train_data = NiahMixture(train_data, niah_mix, Tokenizer(train_data.meta['tokenizer']),
-                                     lengths, seed)
+                                     lengths, seed, niah_task)
         except ValueError as e:
             raise SystemExit(f"config error: {e}")
-        say(f"data: {niah_mix:.0%} of the sequences are NIAH-1 documents, the loss on the answer")
+        say(f"data: {niah_mix:.0%} of the sequences are NIAH-1 documents ({niah_task}), the loss "
+            f"on the answer")
     epochs = f"; {max_tokens / len(train_data):.1f} epochs" if train_tokens else ""
     say(f"data: {data_dir}, {len(train_data):,} train / {len(val_data):,} val tokens; tokenizer "
         f"{train_data.meta['tokenizer']}{epochs}")

@@ -294,7 +294,7 @@ def test_study_tables_1_and_5_with_retrieval_learned_in_phase_1(tmp_path):
     """cpt_niah and cpt_niah_mamba: phase 1 on language mixed with NIAH-1 documents, CPT from its
     final checkpoint on language alone (the mixture never reaches CPT), NIAH-1 scored by length,
     and the outcome of the reading rules in the summary."""
-    data = byte_dataset(tmp_path / 'long' / 'byte', 4, 2, 3600)  # 16x of 1024: 16385-byte windows
+    data = byte_dataset(tmp_path / 'long' / 'byte', 4, 2, 1000)  # 16x of 256: 4097-byte windows
     out = str(tmp_path / 'study')
     r = subprocess.run([sys.executable, '-m', 'tools.study', f'--out={out}', '--tiny=True', '--seeds=[1]',
                         f'--data_dir={data}', "--parts=['cpt_niah', 'cpt_niah_mamba']",
@@ -304,16 +304,17 @@ def test_study_tables_1_and_5_with_retrieval_learned_in_phase_1(tmp_path):
     config = lambda part, v: torch.load(sorted(glob.glob(os.path.join(out, part, v, 's1', 'ckpt_*.pt')))[-1],  # noqa: E731
                                         weights_only=True)['config']
     for part in ('cpt_niah', 'cpt_niah_mamba'):
-        assert config(part, 'orig')['niah_mix'] == 0.5 and config(part, 'orig')['block_size'] == 1024
+        assert config(part, 'orig')['niah_mix'] == 0.5 and config(part, 'orig')['block_size'] == 256
+        assert config(part, 'orig')['niah_task'] == 'niah_single_1_short'
         for v in ('wd', 'pl_d' if part == 'cpt_niah' else 'pn_d_p0.2'):
             assert config(part, v)['niah_mix'] == 0.0  # CPT: language alone
             assert 'NIAH-1' not in open(os.path.join(out, part, v, 's1', 'train.log')).read()
-    assert config('cpt_niah', 'wd')['window'] == [512, 512, 512, 0] * 2
+    assert config('cpt_niah', 'wd')['window'] == [128, 128, 128, 0] * 2
     P = json.load(open(os.path.join(out, 'results.json')))['parts']
     final = P['cpt_niah']['pl_d']['steps'][str(int(P['cpt_niah']['pl_d']['final']['mean']))]
-    assert list(final['niah']) == ['1024', '2048', '4096', '8192', '16384']
-    assert final['niah_far']['mean'] == pytest.approx(mean([final['niah']['8192']['mean'],
-                                                             final['niah']['16384']['mean']]), abs=1e-5)
+    assert list(final['niah']) == ['256', '512', '1024', '2048', '4096']
+    assert final['niah_far']['mean'] == pytest.approx(mean([final['niah']['2048']['mean'],
+                                                             final['niah']['4096']['mean']]), abs=1e-5)
     summary = open(os.path.join(out, 'summary.md')).read()
     assert '**Table 1 in small (cpt_niah)**, by the reading rules' in summary
     assert '**Table 5 in small (cpt_niah_mamba)**, by the reading rules' in summary

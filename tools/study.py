@@ -141,16 +141,16 @@ SMOL = lambda layers: [f"--pos_encoding={['rope'] * (layers - 1) + ['nope']}"]  
 # weights with the windows on, as the paper's SWU: 10% warm-up, then a constant learning rate a
 # tenth of phase 1's (SmolLM3's CPT: 2e-5), for a little over half of phase 1's tokens.
 # Tables 1 and 5 where their premise can show (docs/study.md, the reading rules): phase 1 learns
-# NIAH-1 from language mixed with its documents (train.py --niah_mix) on 1024-byte windows (RULER's
-# template takes about 300 bytes), SmolLM3's layers twice (NoPE inside the stack), or Mamba2;
-# CPT continues on language alone (CPT's --niah_mix=0) for 15% of phase 1's tokens
-NIAH_LM = [*LM, '--block_size=1024', '--batch_size=4', '--niah_mix=0.5', '--max_tokens=16384000',
-           '--ckpt_interval=250', '--n_layer=8']
+# NIAH-1 (its short form, ruler.py) from language mixed with its documents (train.py --niah_mix) on
+# 256-byte windows for 4000 steps, SmolLM3's layers twice (NoPE inside the stack), or Mamba2;
+# CPT continues on language alone (CPT's --niah_mix=0) for 600 steps, 15% of phase 1's tokens
+NIAH_LM = [*LM, '--block_size=256', '--batch_size=16', '--niah_mix=0.5', '--niah_task=niah_single_1_short',
+           '--max_tokens=16384000', '--ckpt_interval=250', '--n_layer=8', '--spike_threshold=0']
 PHASE1 = {'cpt_sw': (LM + SMOL(4), [32, 32, 32, 0]),
           # 3200 steps: at the needle parts' 1600 this hybrid learned the lookup in 1 seed of 3
           'cpt_sw_needle': (NEEDLE + SMOL(2) + [f'--max_tokens={3200 * 2048}'], [16, 0]),
           'cpt_niah': (NIAH_LM + [f"--pos_encoding={['rope', 'rope', 'rope', 'nope'] * 2}"],
-                       [512, 512, 512, 0] * 2),
+                       [128, 128, 128, 0] * 2),
           'cpt_niah_mamba': (NIAH_LM + MAMBA, None)}  # no windows: CPT at the same length
 NIAH_PARTS = ('cpt_niah', 'cpt_niah_mamba')
 CPT = lambda part, lr, steps, every: [  # noqa: E731
@@ -196,10 +196,10 @@ TINY = {'lm': ['--n_layer=4', '--n_embd=32', '--n_head=2', '--block_size=64', '-
                '--ckpt_interval=2', '--eval_iters=2'],  # 20 steps
         'task': ['--n_layer=2', '--n_embd=32', '--n_head=2', '--max_tokens=40960', '--ckpt_interval=2',
                  '--eval_iters=2', '--task_eval_samples=4']}
-# the NIAH parts' 1024-byte windows (the mixture's) and 16K evaluations: 8 steps, and no more
+# the NIAH parts' 256-byte windows (the mixture's) and 4K evaluations: 8 steps, and no more
 # NIAH-1 than one prompt per length at the final checkpoint (evaluate)
-TINY.update(dict.fromkeys(NIAH_PARTS, ['--n_embd=16', '--n_head=1', '--tokens_per_batch=2048',
-                                       '--batch_size=2', '--max_tokens=16384', '--ckpt_interval=4',
+TINY.update(dict.fromkeys(NIAH_PARTS, ['--n_embd=16', '--n_head=1', '--tokens_per_batch=1024',
+                                       '--batch_size=4', '--max_tokens=8192', '--ckpt_interval=4',
                                        '--eval_iters=2']))
 TINY['cpt_niah_mamba'] = TINY['cpt_niah'] + ['--n_layer=2']
 FRACTIONS = (0.15, 0.3, 0.45, 0.6, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0)  # checkpoints evaluated, as fractions of training
@@ -211,7 +211,8 @@ if tiny:  # the tests: the pipeline, not the numbers
     EVAL_WINDOWS, ENTROPY_WINDOWS = 2, 1
 TASK_SAMPLES = 100  # needle: held-out samples per length
 NIAH_SAMPLES = 1 if tiny else 20  # NIAH-1 prompts per length (eval_niah.py's), at 1x to 16x
-NIAH_NEW = 16 if tiny else ruler.TOKENS_TO_GENERATE['niah']  # tokens an answer may take (eot ends it)
+NIAH_TASK = 'niah_single_1_short'  # (ruler.py) scored as eval_niah.py --task=niah_single_1_short
+NIAH_NEW = ruler.TOKENS_TO_GENERATE[ruler.TASKS[NIAH_TASK][0]]  # tokens an answer may take (eot ends it)
 
 
 def run_dir(part, variant, seed):
@@ -286,13 +287,13 @@ def task_measures(net, task, lengths, seed):
 
 
 def niah_measures(net, tokenizer, T):
-    """NIAH-1 as eval_niah.py scores it (RULER's niah_single_1 prompts at seed 42, greedy answers,
+    """NIAH-1 as eval_niah.py --task=niah_single_1_short scores it (prompts at seed 42, greedy answers,
     string match) at T to 16T tokens -> {'niah': {length: the fraction of NIAH_SAMPLES found}}."""
     data, sizes, acc = ruler.Data(say=lambda *args: None), {}, {}
     for L in (T, 2 * T, 4 * T, 8 * T, 16 * T):
         found = 0.0
         for i in range(NIAH_SAMPLES):
-            text, answers = ruler.prompt('niah_single_1', tokenizer, L, f'niah/{L}/{i}', 42, data, sizes)
+            text, answers = ruler.prompt(NIAH_TASK, tokenizer, L, f'niah/{L}/{i}', 42, data, sizes)
             answer = ruler.predict(net, tokenizer, text, NIAH_NEW, 'cpu')
             found += ruler.string_match_all(ruler.postprocess(answer), answers)
         acc[str(L)] = found / NIAH_SAMPLES
