@@ -83,7 +83,8 @@ if __name__ == '__main__':
     except ValueError as e:  # a length too short for the task
         raise SystemExit(f"{e}: leave that length out of --lengths")
     name = os.path.basename(ckpt.rstrip('/'))
-    print(f"\nNIAH-1 ({task}, {samples} samples per length, string_match_all x 100)")
+    label = 'RULER niah_single_1' if task == 'niah_single_1' else f"{task}, RULER's form shortened"
+    print(f"\nNIAH-1 ({label}, {samples} samples per length, string_match_all x 100)")
     print(f"{'model':<24}" + ''.join(f"{ruler.length_label(L):>8}" for L in lengths))
     print(f"{name:<24}" + ''.join(f"{summary['niah_1'][L]:>8.1f}" for L in lengths))
     with open(out + '.json', 'w') as f:

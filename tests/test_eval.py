@@ -89,8 +89,8 @@ class Oracle:
     def generate(self, idx, max_new_tokens, eos_id=None, chunk_size=1024):
         self.calls += 1
         text = BYTE.decode(idx[0].tolist())
-        key = re.findall(r'special magic number for (\S+) mentioned', text)[-1]
-        value = re.search(rf'for {re.escape(key)} is: (\d+)\.', text).group(1) if self.right else '0000000'
+        key = re.findall(r'(?:special magic|The magic) number for (\S+) (?:mentioned|is$)', text)[-1]
+        value = re.search(rf'for {re.escape(key)} is:? (\d+)\.', text).group(1) if self.right else '0000000'
         return torch.cat([idx, torch.tensor([BYTE.encode(f" {value}.") + [BYTE.eot]])], dim=1)
 
 
@@ -107,6 +107,10 @@ def test_harness_scores_100_for_the_needle_and_0_without(tmp_path):
     assert again.calls == 0
     rows = [json.loads(line) for line in open(tmp_path / 'a.jsonl')][1:]  # after the settings line
     assert len(rows) == 10 and rows[0]['prediction'] == rows[0]['answers'][0] + '.'
+    for oracle, score in ((Oracle(), 100.0), (Oracle(right=False), 0.0)):  # the short form (ruler.py)
+        short = ruler.evaluate_niah(oracle, BYTE, ruler.Results(str(tmp_path / f'{score}.jsonl')), [256, 512], 3,
+                                    task='niah_single_1_short')
+        assert short['niah_1'] == {256: score, 512: score} and oracle.calls == 6
 
 
 @pytest.mark.parametrize('make', [lambda: Transformer(TransformerConfig(vocab_size=257, n_layer=2, n_head=4, n_embd=32)),

@@ -57,7 +57,7 @@ def strings(task):
 
 
 @pytest.mark.parametrize('tok,length', [(BYTE, 2048), (BYTE, 8192), (GPT2, 2048), (GPT2, 4096)], ids=['byte2K', 'byte8K', 'gpt2-2K', 'gpt2-4K'])
-@pytest.mark.parametrize('task', list(ruler.TASKS))
+@pytest.mark.parametrize('task', ruler.SUBSETS['paper'])  # RULER's 13
 def test_prompts_fit_and_hold_rulers_strings(task, tok, length, data):
     kind = ruler.TASKS[task][0]
     try:
@@ -132,7 +132,7 @@ def test_vt_has_a_solved_example_first(data):
 def test_errors(data):
     with pytest.raises(SystemExit, match="unknown RULER task 'niah_single_9'"):
         ruler.task_list(['niah_single_1', 'niah_single_9'])
-    assert ruler.task_list('synthetic') == [t for t in ruler.TASKS if not t.startswith('qa')]
+    assert ruler.task_list('synthetic') == [t for t in ruler.SUBSETS['paper'] if not t.startswith('qa')]
     assert len(ruler.task_list('paper')) == 13 and ruler.task_list('vt') == ['vt']
     with pytest.raises(ValueError, match='too few for this task'):
         ruler.prompt('qa_1', BYTE, 64, 'x', 42, data, {})
@@ -349,6 +349,26 @@ class Words:
         return re.findall(r"\w+|[^\w\s]", text)
 
 
+def test_the_short_niah_is_niah_single_1_in_fewer_bytes(data):
+    """niah_single_1_short (the study's Tables 1 and 5 parts): in no RULER subset; a prompt and
+    its 16 tokens of answer fill 1x to 16x of 256 bytes; one needle, whose number is the answer,
+    among the noise's sentences, at many depths; the prompt ends in the question."""
+    assert all('niah_single_1_short' not in tasks for tasks in ruler.SUBSETS.values())
+    sizes, depths = {}, set()
+    for L in (256, 512, 1024, 4096):
+        for i in range(8):
+            text, answers = ruler.prompt('niah_single_1_short', BYTE, L, f'short/{i}', 42, data, sizes)
+            assert 0.6 * L < len(BYTE.encode(text)) + 16 <= L
+            lines = text.split('\n')
+            key = re.fullmatch(r'The magic number for (.+) is', lines[-1])[1]
+            needles = [n for n, line in enumerate(lines) if line.startswith('The magic number')][:-1]
+            assert len(needles) == 1 and lines[0] == 'Remember the magic number.'
+            assert lines[needles[0]] == f'The magic number for {key} is {answers[0]}.'
+            assert set(lines[1:-1]) - {lines[needles[0]]} <= set(ruler.sentences(ruler.NOISE))
+            depths.add(needles[0] / len(lines))
+    assert len(depths) > 16
+
+
 def test_prompts_are_unchanged(tmp_path):
     """Per task, at 1K and 2K words and seeds 1, 2, 42, three samples as ruler.evaluate makes
     them (one sizes cache; the third with the fitted size half again too large, so that it is
@@ -374,7 +394,7 @@ def test_prompts_are_unchanged(tmp_path):
                 sizes[key] = sizes[key] * 3 // 2
         return out + [ruler.prompt(task, Words(), length, f'{task}/{length}/2', seed, data, sizes, index=2)]
 
-    made = {task: [samples(task, L, s) for L in (1024, 2048) for s in (1, 2, 42)] for task in ruler.TASKS}
+    made = {task: [samples(task, L, s) for L in (1024, 2048) for s in (1, 2, 42)] for task in ruler.SUBSETS['paper']}
     made.update({f'{t}/depth': [samples(t, 1024, 42, depths=(0, 37, 100))] for t in ('niah_single_1', 'niah_single_2')})
     said = []  # no English word list, and 120 words: all of them, and a notice
     few = ruler.Data(essay=str(tmp_path / 'essays.json'), english_words=str(tmp_path / 'none.json'), say=said.append)

@@ -142,7 +142,11 @@ def test_a_limit_keeps_the_first_tokens_across_shards(tmp_path):
     assert x.max() < 150 and torch.equal(x[:, 1:], y[:, :-1])  # windows only from the first 150 tokens
 
 
-def test_niah_mixture_puts_the_loss_on_the_answer_alone(tmp_path):
+@pytest.mark.parametrize('task, T, needle, prefix', [
+    ('niah_single_1', 1024, r'special magic numbers for (.+?) is: (\d{7})\.',
+     'The special magic number for {} mentioned in the provided text is'),
+    ('niah_single_1_short', 256, r'The magic number for (.+?) is (\d{7})\.', 'The magic number for {} is')])
+def test_niah_mixture_puts_the_loss_on_the_answer_alone(tmp_path, task, T, needle, prefix):
     """NIAH-1 documents among language windows: a document's targets are its answer and eot
     only, predicted from the token before each; its number is the needle's (read from the text);
     every other row is the language's own window, whole."""
@@ -150,38 +154,37 @@ def test_niah_mixture_puts_the_loss_on_the_answer_alone(tmp_path):
     from tokens import NiahMixture
     data = TokenData(byte_dataset(tmp_path / 'byte', 4, 1, 600), 'train')
     tok = Tokenizer(data.meta['tokenizer'])
-    mix = NiahMixture(data, 0.5, tok, [512, 768, 1024], seed=1)
-    x, y = mix.batch(32, 1024, batch_rng(1, 0, 0))
-    language_x, language_y = data.batch(32, 1024, batch_rng(1, 0, 0))
+    mix = NiahMixture(data, 0.5, tok, [T // 2 + T // 4, T * 7 // 8, T], seed=1, task=task)
+    x, y = mix.batch(32, T, batch_rng(1, 0, 0))
+    language_x, language_y = data.batch(32, T, batch_rng(1, 0, 0))
     sizes = []
     for i in range(32):
         text = tok.decode([t for t in x[i].tolist() if t != tok.eot])
-        if 'special magic' not in text:  # a language row, as TokenData draws it
+        if 'magic number' not in text:  # a language row, as TokenData draws it
             assert torch.equal(x[i], language_x[i]) and torch.equal(y[i], language_y[i])
             continue
-        value = re.search(r'special magic numbers for (.+?) is: (\d{7})\.', text)
-        assert value and text.rstrip('.').endswith(f'for {value[1]} mentioned in the provided text is '
-                                                   f'{value[2]}')
+        value = re.search(needle, text)
+        assert value and text.rstrip('.').endswith(prefix.format(value[1]) + ' ' + value[2])
         scored = torch.nonzero(y[i] != -1).flatten()
         answer = tok.encode(f' {value[2]}.') + [tok.eot]
         assert y[i, scored].tolist() == answer  # the answer and eot, nothing else
         assert scored.tolist() == list(range(scored[0], scored[0] + len(answer)))
         assert torch.equal(x[i, scored[0] + 1:scored[-1] + 1], y[i, scored[:-1]])  # each from the token before
-        assert tok.decode(x[i, :scored[0] + 1].tolist()).endswith('mentioned in the provided text is')
+        assert tok.decode(x[i, :scored[0] + 1].tolist()).endswith(prefix.format(value[1]))
         sizes.append(int(scored[-1]) + 2)  # the document's tokens: its eot is the last target
-    assert 8 <= len(sizes) <= 24 and max(sizes) <= 1024 and len(set(sizes)) > 1  # about half of 32
+    assert 8 <= len(sizes) <= 24 and max(sizes) <= T and len(set(sizes)) > 1  # about half of 32
 
 
 def test_continued_pretraining_takes_no_niah_from_its_source(tiny_data, tmp_path):
     """Phase 1 trains on the mixture; a CPT run from it trains on language alone unless it asks:
     niah_mix is data, not architecture, so it is not taken from the checkpoint."""
     from conftest import CPT, TINY, run_train
-    big = ['--block_size=1024', '--tokens_per_batch=2048', '--max_tokens=4096', '--eval_lengths=[]',
-           '--batch_size=2', '--eval_interval=100']
+    big = ['--block_size=256', '--tokens_per_batch=512', '--max_tokens=1024', '--eval_lengths=[]',
+           '--batch_size=2', '--eval_interval=100', '--niah_task=niah_single_1_short']
     from conftest import byte_dataset
     data = byte_dataset(tmp_path / 'long' / 'byte', 4, 2, 600)
     r = run_train(*TINY, f'--data_dir={data}', '--niah_mix=0.5', f'--out_dir={tmp_path}/short')
-    assert r.returncode and "too short for RULER's template" in r.stderr  # 32 tokens
+    assert r.returncode and "too short for its template" in r.stderr  # 32 tokens
     assert not os.path.exists(tmp_path / 'short')  # refused before anything is written
     r = run_train(*TINY, *big, f'--data_dir={data}', '--niah_mix=0.5', f'--out_dir={tmp_path}/p1')
     assert r.returncode == 0, r.stderr[-2000:]
