@@ -307,7 +307,9 @@ def save_pair(out_dir, step, keep_last, optim, ckpt):
 
 
 def resume_state(out_dir, sharded, say=print):
-    """The newest complete pair of out_dir that reads -> (step, checkpoint, optimizer state)."""
+    """The newest complete pair of out_dir that reads -> (step, checkpoint, its optim file: the
+    optimizer state under 'optimizer', the sums of train.py's running averages under
+    'averages')."""
     resumable = pairs(out_dir)
     if not resumable:
         raise SystemExit(f"init_from='resume' but {out_dir} holds no checkpoint with optimizer "
@@ -326,7 +328,7 @@ def resume_state(out_dir, sharded, say=print):
             raise SystemExit(f"{out_dir} was trained with parallel={'fsdp' if fsdp else 'ddp'}: "
                              f"resume it {'under torchrun with' if fsdp else 'without'} "
                              f"--parallel=fsdp")
-        return step, ckpt, optim['optimizer']
+        return step, ckpt, optim
     raise SystemExit(f"no checkpoint of {out_dir} could be read with its optimizer state (warnings "
                      f"above)")
 

@@ -194,6 +194,20 @@ def load_optimizer(model, optimizer, state):
                              options=StateDictOptions(full_state_dict=True))
 
 
+def like(full, ref):
+    """The whole tensor full laid out as ref: this process's shards where ref is a DTensor (FSDP),
+    else full itself."""
+    from torch.distributed.tensor import DTensor, distribute_tensor
+    return distribute_tensor(full, ref.device_mesh, ref.placements) if isinstance(ref, DTensor) \
+        else full
+
+
+def whole(t):
+    """A tensor, gathered whole if it is a DTensor (every process calls this)."""
+    from torch.distributed.tensor import DTensor
+    return t.full_tensor() if isinstance(t, DTensor) else t
+
+
 def finish():
     """Every process done (the first was writing) before the group goes. gloo (CPU) can abort a
     process at interpreter exit ("terminate called without an active exception", about one run in

@@ -102,6 +102,11 @@ compile: bool | None = None  # torch.compile; None: on for CUDA, off elsewhere
 parallel: Literal['ddp', 'fsdp'] = 'ddp'  # under torchrun: a replica per process, or FSDP2
 activation_checkpointing = False  # recompute each block in the backward: less memory, more time
 keep_last = 0  # keep the newest N model checkpoints; 0 keeps all (averaging needs the last K)
+# the averages of the weights at the last K of the averaging steps (every average_interval, and
+# the last), summed as the run goes and written at its end as avg{K}_{first}-{last}.pt, as
+# average_ckpts.py writes them from saved checkpoints (Tables 9, 10, 12); resumable
+average_last: list[int] = []  # e.g. [10, 20, 30]
+average_interval = 0  # iterations between the averaged weights; 0: ckpt_interval
 wandb_log = False  # also log to Weights & Biases (pip install wandb) what log.jsonl gets
 wandb_project = 'length-generalization'
 wandb_run_name = ''  # default: out_dir's name
@@ -113,11 +118,11 @@ POSITIVE = ('log_interval', 'eval_interval', 'ckpt_interval', 'eval_iters', 'eva
             'needle_keys', 'task_offset', 'batch_size', 'block_size', 'tokens_per_batch',
             'max_tokens')
 NOT_NEGATIVE = ('halt_at', 'skip_steps', 'train_tokens', 'weight_decay', 'grad_clip',
-                'spike_threshold', 'keep_last')
+                'spike_threshold', 'keep_last', 'average_interval')
 LIMITS = {**{k: (1, None) for k in POSITIVE}, **{k: (0, None) for k in NOT_NEGATIVE},
           'eval_lengths': (1, None, []), 'seed': (0, 2 ** 63 - 1), 'warmup_frac': (0, 1),
           'anneal_frac': (0, 1), 'beta1': (0, 0.999999), 'beta2': (0, 0.999999),
-          'niah_mix': (0, 1)}
+          'niah_mix': (0, 1), 'average_last': (1, None, [])}
 given = set()
 MODEL_FILES = [sys.modules[c.__module__].__file__ for _, c in checkpoint.MODELS.values()]  # --help
 config = configure(globals(), sys.argv[1:], given=given, help_sources=MODEL_FILES, limits=LIMITS)
@@ -208,6 +213,14 @@ if vocab_size < train_data.meta['vocab_size']:
                      f"rounded up to a multiple of 64)")
 say(f"{max_iters:,} iterations of {tokens_per_batch:,} tokens = {world} processes x {grad_accum} "
     f"micro-steps x {batch_size} x {block_size}")
+every = average_interval or ckpt_interval
+marks = sorted(set(range(every, max_iters + 1, every)) | {max_iters})  # the weights averaged
+if average_last and max(average_last) > len(marks):
+    raise SystemExit(f"config error: average_last = {average_last}, but the run has {len(marks)} "
+                     f"averaging steps (every {every} of {max_iters}): lower average_interval or K")
+windows = {K: marks[-K:] for K in average_last}  # K -> the steps its average takes
+for K, w in windows.items():
+    say(f"average of the last {K}: the weights of steps {w[0]} to {w[-1]}, every {every}")
 
 # the model, three ways in: from scratch; resumed (weights, optimizer state, the spike check's
 # recent losses and the skipped batches, from out_dir's newest checkpoint pair); or continued
@@ -294,12 +307,24 @@ say(f"weight decay {weight_decay} on {len(decay)} tensors ({sum(p.numel() for p 
 optimizer = torch.optim.AdamW([{'params': decay, 'weight_decay': weight_decay},
                                {'params': no_decay, 'weight_decay': 0.0}],
                               lr=learning_rate, betas=(beta1, beta2), fused=device_type == 'cuda')
+# the running sums of the averages (average_last): K -> name -> float32 tensor (sharded like the
+# weights under FSDP), and the last step they hold
+sums, summed = {K: None for K in windows}, -1
 if init_from == 'resume':
     if sharded:  # each process takes its shards of the whole state
-        hardware.load_optimizer(model, optimizer, optim_state)
+        hardware.load_optimizer(model, optimizer, optim_state['optimizer'])
     else:
-        optimizer.load_state_dict(optim_state)
-    del optim_state
+        optimizer.load_state_dict(optim_state['optimizer'])
+    saved = optim_state.get('averages', {'windows': {}, 'sums': {}, 'step': -1})
+    if {str(K): w for K, w in windows.items()} != saved['windows']:
+        raise SystemExit(f"cannot resume {out_dir}: average_last or its steps changed (saved: "
+                         f"{saved['windows'] or 'none'}). Resume with the run's own settings")
+    like = model.state_dict()  # DTensors under FSDP: each process keeps its shards of the sums
+    sums = {K: saved['sums'][str(K)] and {n: hardware.like(t.to(device, copy=True), like[n])
+                                          for n, t in saved['sums'][str(K)].items()}
+            for K in windows}
+    summed = saved['step']
+    del optim_state, saved
 
 raw_model = ddp = model
 if distributed and not sharded:
@@ -414,17 +439,53 @@ def check_divergence(it, loss, grad_norm=0.0):
     sys.exit(1)
 
 
+def accumulate(it):
+    """Add the weights of iteration it (those save_checkpoint saves: checked, not yet stepped) to
+    the running sums of the averages whose steps hold it."""
+    global summed
+    state = raw_model.state_dict()  # FSDP: this process's shards, nothing gathered
+    for K in (K for K, w in windows.items() if it in w and it > summed):
+        weights = {n: t.detach().float() for n, t in state.items() if t.is_floating_point()}
+        sums[K] = ({n: t.clone() for n, t in weights.items()} if sums[K] is None else
+                   {n: sums[K][n].add_(t) for n, t in weights.items()})
+    summed = max(summed, it)
+
+
+def whole_sums():
+    """The running sums, whole and on the CPU (gathered under FSDP: every process calls this)."""
+    return {str(K): s and {n: hardware.whole(t).cpu() for n, t in s.items()}
+            for K, s in sums.items()}
+
+
 def save_checkpoint(it):
     """The weights of iteration it, checked by check_divergence() but not yet stepped, and the
-    optimizer state beside them (checkpoint.save_pair: atomic, the newest keep_last kept)."""
+    optimizer state beside them (checkpoint.save_pair: atomic, the newest keep_last kept), with
+    the running sums of the averages."""
     state = hardware.model_state(raw_model) if sharded else raw_model.state_dict()  # FSDP: whole
     optim = hardware.optimizer_state(raw_model, optimizer) if sharded else optimizer.state_dict()
+    averages = {'windows': {str(K): w for K, w in windows.items()}, 'step': summed,
+                'sums': whole_sums()}
     if master:
-        optim = {'optimizer': optim, 'step': it, 'sharded': sharded}  # optim_{it}.pt
+        optim = {'optimizer': optim, 'step': it, 'sharded': sharded, 'averages': averages}
         checkpoint.save_pair(out_dir, it, keep_last, optim, {
             'model': state, 'model_type': model_type, 'model_args': model_args, 'step': it,
             'tokenizer': train_data.meta['tokenizer'], 'config': config, 'cpt_from': cpt_from,
             'recent_losses': list(recent), 'skips': skips})
+
+
+def write_averages(it):
+    """avg{K}_{first}-{last}.pt beside the last checkpoint (it): its record with the averaged
+    weights, as average_ckpts.py writes the average of saved checkpoints."""
+    state = hardware.model_state(raw_model) if sharded else raw_model.state_dict()  # FSDP: whole
+    for K, s in whole_sums().items():
+        w = windows[int(K)]
+        if master:
+            ckpt = dict(checkpoint.load(checkpoint.step_path(out_dir, it)))
+            average = {n: (t / int(K)).to(state[n].dtype) for n, t in s.items()}
+            ckpt.update(model={**state, **average}, averaged_steps=w, averaged_from=[])
+            path = os.path.join(out_dir, f'avg{K}_{w[0]:06d}-{w[-1]:06d}.pt')
+            checkpoint.save(ckpt, path)
+            say(f"saved {path}: the average of the weights of steps {w[0]} to {w[-1]}")
 
 
 # -----------------------------------------------------------------------------
@@ -450,7 +511,10 @@ while True:
         log({'event': 'eval', 'iter': it, **result})  # log: checkpoint.RunLog
     if last or halt:  # the weights to save have had no training forward yet: check them first
         check_divergence(it, forward_backward(it, backward=False))  # under "one training step"
+        accumulate(it)
         save_checkpoint(it)
+        if last and windows:
+            write_averages(it)
         break
 
     # one optimizer step; the weights it starts from are checked, and then saved, before it is taken
@@ -463,6 +527,7 @@ while True:
         grad_norm = grad_norm.full_tensor()
     grad_norm = grad_norm.item()
     check_divergence(it, loss, grad_norm)
+    accumulate(it)
     if it > start_iter and it % ckpt_interval == 0:
         save_checkpoint(it)
     recent.append(loss)

@@ -31,8 +31,12 @@ parallel = 'fsdp'  # 3B with AdamW is ~49 GB of weights, gradients and moments: 
 activation_checkpointing = True
 log_interval = 1
 eval_interval = 100
-ckpt_interval = 10  # the last 30 checkpoints, 10 steps apart, for averaging K = 10, 20, 30 (Table 12)
-keep_last = 30  # each checkpoint is 12 GB (float32)
+# Table 12's averages of the last K = 10, 20, 30 checkpoints 10 steps apart, summed as the run goes
+# (float32, sharded like the weights) and written at the end: avg{K}_{first}-{last}.pt
+average_last = [10, 20, 30]
+average_interval = 10
+ckpt_interval = 100  # for resume alone: each checkpoint is 12 GB (float32), its optimizer state 24
+keep_last = 1
 eval_iters = 16
 eval_lengths = [4096, 8192, 16384]
 eval_windows = 8

@@ -18,9 +18,12 @@ def straight(tiny_data, tmp_path_factory):
     """8 iterations straight through, checkpoints at 4 and 8."""
     out = str(tmp_path_factory.mktemp('straight'))
     r = run_train(*TINY, f'--data_dir={tiny_data}', f'--out_dir={out}', '--dropout_type=vpad', '--dropout=0.1',
-                  '--anneal_frac=0.5')
+                  '--anneal_frac=0.5', *AVERAGES)
     assert r.returncode == 0, r.stderr
     return out, r.stdout
+
+
+AVERAGES = ['--average_last=[2, 3]', '--average_interval=2']  # steps 6-8 and 4-8 of 8
 
 
 def test_checkpoints_log_and_table(straight):
@@ -55,19 +58,23 @@ def test_other_schedules(tiny_data, tmp_path, schedule, expected):
 
 
 def test_resume_repeats_the_straight_run_exactly(straight, tiny_data, tmp_path):
+    """Stopped at step 6, inside both averages' steps, and resumed: the losses, the weights and
+    the running averages are the straight run's, bit for bit."""
     args = (*TINY, f'--data_dir={tiny_data}', f'--out_dir={tmp_path}', '--dropout_type=vpad', '--dropout=0.1',
-            '--anneal_frac=0.5')
-    first = run_train(*args, '--halt_at=4')
+            '--anneal_frac=0.5', *AVERAGES)
+    first = run_train(*args, '--halt_at=6')
     assert first.returncode == 0, first.stderr
-    assert checkpoint.steps(str(tmp_path)) == [4]
+    assert checkpoint.steps(str(tmp_path)) == [4, 6] and not glob.glob(str(tmp_path / 'avg*'))
     second = run_train(*args, '--init_from=resume')
     assert second.returncode == 0, second.stderr
     assert 'resuming' in second.stdout
     resumed = [(r['iter'], r['loss']) for r in read_log(str(tmp_path))]
     assert resumed == [(r['iter'], r['loss']) for r in read_log(straight[0])]  # loss for loss, bit for bit
-    a = checkpoint.load(checkpoint.step_path(straight[0], 8))['model']
-    b = checkpoint.load(checkpoint.step_path(str(tmp_path), 8))['model']
-    assert all(torch.equal(a[k], b[k]) for k in a)
+    for name in ('ckpt_000008.pt', 'avg2_000006-000008.pt', 'avg3_000004-000008.pt'):
+        a, b = (checkpoint.load(os.path.join(d, name))['model'] for d in (straight[0], str(tmp_path)))
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    r = run_train(*args[:-2], '--average_last=[2]', '--average_interval=2', '--init_from=resume')
+    assert r.returncode != 0 and 'average_last or its steps changed' in r.stderr
 
 
 def test_continued_pretraining_starts_from_the_weights(straight, tiny_data, tmp_path):
@@ -410,7 +417,8 @@ def test_fsdp_resume_reads_no_pickle(one_process, tiny_data, tmp_path):
     import pickle
     import shutil
     out, forged = tmp_path / 'run', tmp_path / 'forged'
-    args = (*TINY, f'--data_dir={tiny_data}', '--dropout_type=vpad', '--dropout=0.1', '--parallel=fsdp')
+    args = (*TINY, f'--data_dir={tiny_data}', '--dropout_type=vpad', '--dropout=0.1', '--parallel=fsdp',
+            '--average_last=[2]')  # steps 4 and 8, summed in shards, the sum saved whole at 4
     first = torchrun(*args, f'--out_dir={out}', '--halt_at=4')
     assert first.returncode == 0, first.stderr[-3000:]
     assert checkpoint.load(checkpoint.step_path(str(out), 4, 'optim'))['sharded']
@@ -429,12 +437,34 @@ def test_fsdp_resume_reads_no_pickle(one_process, tiny_data, tmp_path):
     second = torchrun(*args, f'--out_dir={out}', '--init_from=resume')
     assert second.returncode == 0, second.stderr[-3000:]
     assert [x['loss'] for x in read_log(str(out))] == pytest.approx(one_process, rel=1e-4)
+    import average_ckpts
+    reference = average_ckpts.average([checkpoint.step_path(str(out), s) for s in (4, 8)])
+    averaged = checkpoint.load(str(out / 'avg2_000004-000008.pt'))['model']
+    assert averaged.keys() == reference.keys()
+    assert all(torch.allclose(averaged[k], t, rtol=1e-6, atol=1e-7) for k, t in reference.items())
 
 
-def test_keep_last(tiny_data, tmp_path):
-    r = run_train(*TINY, f'--data_dir={tiny_data}', f'--out_dir={tmp_path}', '--ckpt_interval=2', '--keep_last=2')
+def test_keep_last_and_running_averages(tiny_data, tmp_path):
+    """The newest keep_last checkpoints kept; the running averages equal average_ckpts.py's over
+    saved checkpoints of the same steps, to float32 rounding, in a checkpoint it would write."""
+    import average_ckpts
+    r = run_train(*TINY, f'--data_dir={tiny_data}', f'--out_dir={tmp_path}', '--ckpt_interval=2', '--keep_last=3',
+                  '--average_last=[2, 3]')
     assert r.returncode == 0, r.stderr
-    assert checkpoint.steps(str(tmp_path)) == [6, 8]
+    assert checkpoint.steps(str(tmp_path)) == [4, 6, 8]
+    for K, steps in ((2, [6, 8]), (3, [4, 6, 8])):
+        path = str(tmp_path / f'avg{K}_{steps[0]:06d}-{steps[-1]:06d}.pt')
+        ckpt = checkpoint.load(path)
+        reference = average_ckpts.average([checkpoint.step_path(str(tmp_path), s) for s in steps])
+        assert ckpt['averaged_steps'] == steps and ckpt['step'] == 8 and average_ckpts.is_average(path)
+        assert ckpt['model'].keys() == reference.keys()
+        for k, t in reference.items():
+            assert ckpt['model'][k].dtype == t.dtype and torch.allclose(ckpt['model'][k], t, rtol=1e-6, atol=1e-7), k
+        assert not all(torch.equal(ckpt['model'][k], t) for k, t in checkpoint.load(
+            checkpoint.step_path(str(tmp_path), 8))['model'].items())  # not the last weights
+    r = run_train(*TINY, f'--data_dir={tiny_data}', f'--out_dir={tmp_path}/short', '--average_last=[3]')
+    assert r.returncode != 0 and 'the run has 2 averaging steps (every 4 of 8)' in r.stderr
+    assert not os.path.exists(tmp_path / 'short')
 
 
 MAMBA = ['--model_type=mamba2', '--n_embd=32', '--d_state=8', '--headdim=16', '--chunk_size=16']
