@@ -7,10 +7,15 @@ heatmap. `--task=niah_single_1_short` scores its short form (ruler.py) instead, 
 on a few hundred bytes (docs/study.md's Tables 1 and 5 parts).
 
     python eval_niah.py --ckpt=out/quickstart/ckpt_000488.pt --lengths="[1024, 2048, 4096, 8192]"
+    python eval_niah.py --ckpt="['out/a/ckpt_000488.pt', 'out/a/ckpt_000488.pt', \
+        'out/b/avg10_000400-000488.pt']" --sw="[1]" --window=256 --table=out/t  # rows a, a SW, b K=10
 
 Writes, next to the checkpoint: <ckpt>_niah.jsonl (every sample: its length in tokens, the
 answer, the prediction, the score; an interrupted run continues from it), <ckpt>_niah.json (the
-summary) and <ckpt>_niah.png (the heatmap). Takes any checkpoint or weights folder that
+summary) and <ckpt>_niah.png (the heatmap). With several checkpoints, each row's files are
+written so (a --window view's as <ckpt>_sw_niah.*), a row already scored is read back, and the
+table, lengths as columns and the training length marked, is printed and written to
+--table.md and --table.json (the paper's Tables 1, 5, 12 from their rows). Takes any checkpoint or weights folder that
 checkpoint.load_model reads. The samples are read back only under the settings that made them
 (ruler.Results): other settings at the same --out are refused, or recomputed with --overwrite=True.
 """
@@ -45,12 +50,49 @@ def heatmap(path, heat, lengths, depths, title):
     fig.savefig(path, dpi=120)
 
 
+def row_label(path, info, windowed):
+    """A table row's default name: the run's folder (a weights folder's own name), K=n for the
+    average of n checkpoints, SW for a view with --window."""
+    path = os.path.abspath(path.rstrip('/'))
+    name = os.path.basename(os.path.dirname(path) if path.endswith('.pt') else path)
+    if info.get('averaged_steps'):
+        name += f" K={len(info['averaged_steps'])}"
+    return name + (' SW' if windowed else '')
+
+
+def write_table(table, rows, lengths, train_length, title):
+    """The rows as the paper lays its NIAH tables out (lengths as columns, the training length
+    marked): printed, and written as table.md and table.json."""
+    mark = lambda L: ruler.length_label(L) + ('*' if L == train_length else '')  # noqa: E731
+    width = max(24, *(len(r['label']) + 2 for r in rows))
+    print(f"\n{title}" + ("; * the training length" if train_length in lengths else ""))
+    print(f"{'row':<{width}}" + ''.join(f"{mark(L):>8}" for L in lengths))
+    for r in rows:
+        print(f"{r['label']:<{width}}" + ''.join(f"{r['niah_1'][L]:>8.1f}" for L in lengths))
+    md = [f"{title}" + ("; * the training length" if train_length in lengths else ""), '',
+          '| row | ' + ' | '.join(mark(L) for L in lengths) + ' |',
+          '|---' * (len(lengths) + 1) + '|']
+    md += [f"| {r['label']} | " + ' | '.join(f"{r['niah_1'][L]:.1f}" for L in lengths) + ' |'
+           for r in rows]
+    with open(table + '.md', 'w') as f:
+        f.write('\n'.join(md) + '\n')
+    with open(table + '.json', 'w') as f:
+        json.dump({'checkpoints': [r['ckpt'] for r in rows], 'title': title, 'lengths': lengths,
+                   'train_length': train_length, 'rows': rows}, f, indent=2)
+    print(f"wrote {table}.md, {table}.json")
+
+
 if __name__ == '__main__':
+    import checkpoint
     import measures
     from configurator import configure
 
     # -------------------------------------------------------------------------
-    ckpt = ''  # a checkpoint file or a weights folder
+    ckpt: str | list = ''  # a checkpoint file or weights folder; or a list: a table row each
+    labels: list = []  # the rows' names; default: the run's folder, K=n for an average, SW
+    sw: list[int] = []  # with a list of checkpoints, the rows (from 0) that take --window; [] all
+    train_length = 0  # the length marked in the table; 0: the first row's block_size
+    table = ''  # the table's .md and .json; default: beside the first checkpoint, <name>_niah_table
     lengths: list[int] = [1024, 2048, 4096, 8192, 16384]  # prompt + generated, the model's tokens
     samples = 20  # NIAH-1 samples per length
     depths: list[int] = [0, 25, 50, 75, 100]  # needle depths (% of the haystack); [] for none
@@ -61,36 +103,64 @@ if __name__ == '__main__':
     overrides: dict | None = None  # model arguments no weight depends on: {'rope_scaling': 'yarn'}
     chunk_size = 1024  # prefill chunk: a prompt's memory grows with chunk x length, not length^2
     overwrite = False  # recompute the results saved at out (of other settings: a window, a seed)
-    out = ''  # output prefix; default: the checkpoint's path without .pt, plus _niah
+    out = ''  # one checkpoint's output prefix; default: its path without .pt, plus _niah
     device = 'cuda' if torch.cuda.is_available() else 'cpu'
     dtype: Literal['bfloat16', 'float32'] = 'bfloat16' if torch.cuda.is_available() else 'float32'
     # -------------------------------------------------------------------------
     LIMITS = {'lengths': (1, None), 'samples': (1, None), 'depths': (0, 100, []),
-              'depth_samples': (0, None), 'seed': (0, None), 'chunk_size': (1, None)}
+              'depth_samples': (0, None), 'seed': (0, None), 'chunk_size': (1, None),
+              'train_length': (0, None), 'sw': (0, None, [])}
     globals().update(configure(globals(), sys.argv[1:], limits=LIMITS))
-    model, tokenizer, info, autocast = measures.eval_setup(ckpt, device, dtype, 'NIAH', window,
-                                                           max(lengths), overrides)
-    out = out or ckpt.removesuffix('.pt').rstrip('/') + '_niah'
-    measures.eval_outputs(out, 'eval_niah.py')
-    settings = measures.eval_settings(info, 'eval_niah.py', window=window, overrides=overrides,
-                                      seed=seed, dtype=dtype, chunk_size=chunk_size,
-                                      **({} if task == 'niah_single_1' else {'task': task}))
-    results = ruler.Results(out + '.jsonl', settings, overwrite)  # read back under these only
-
-    try:
-        summary = ruler.evaluate_niah(model, tokenizer, results, lengths, samples, depths,
-                                      depth_samples, seed, device, chunk_size, autocast, task)
-    except ValueError as e:  # a length too short for the task
-        raise SystemExit(f"{e}: leave that length out of --lengths")
-    name = os.path.basename(ckpt.rstrip('/'))
-    label = 'RULER niah_single_1' if task == 'niah_single_1' else f"{task}, RULER's form shortened"
-    print(f"\nNIAH-1 ({label}, {samples} samples per length, string_match_all x 100)")
-    print(f"{'model':<24}" + ''.join(f"{ruler.length_label(L):>8}" for L in lengths))
-    print(f"{name:<24}" + ''.join(f"{summary['niah_1'][L]:>8.1f}" for L in lengths))
-    with open(out + '.json', 'w') as f:
-        json.dump({'ckpt': ckpt, 'step': info['step'], 'task': task, 'samples': samples,
-                   'seed': seed, 'depth_samples': depth_samples, **summary}, f, indent=2)
-    if depths:
-        heatmap(out + '.png', summary['depth_x_length'], lengths, depths,
-                f"NIAH: {name}, {depth_samples} samples per cell")
-    print(f"wrote {out}.json, {out}.jsonl" + (f", {out}.png" if depths else ""))
+    paths = ckpt if isinstance(ckpt, list) else [ckpt] if ckpt else []
+    several = isinstance(ckpt, list)
+    wrong_labels = labels and len(labels) != len(paths)
+    if several and (out or wrong_labels or max(sw, default=0) >= len(paths)):
+        raise SystemExit(f"with {len(paths)} checkpoints: no --out (each row's results go beside "
+                         f"its checkpoint, the table to --table), a label per row if any "
+                         f"({len(labels)} given), --sw rows below {len(paths)} (given {sw})")
+    views = [window is not None and (not sw or i in sw) for i in range(len(paths))]
+    outs = [out or p.removesuffix('.pt').rstrip('/') + ('_sw' if several and w else '') + '_niah'
+            for p, w in zip(paths, views)]
+    table = table or (outs[0] + '_table' if several else '')
+    for o in outs:  # every output checked before any sample runs
+        measures.eval_outputs(o, 'eval_niah.py')
+    if table:
+        checkpoint.check_output(table + '.json', True, measures.is_summary, 'eval_niah.py')
+        checkpoint.check_output(table + '.md', True, lambda p: measures.is_summary(table + '.json'),
+                                'eval_niah.py')
+    name = 'RULER niah_single_1' if task == 'niah_single_1' else f"{task}, RULER's form shortened"
+    title = f"NIAH-1 ({name}, {samples} samples per length, string_match_all x 100)"
+    rows, first = [], None
+    for i, (path, view, o) in enumerate(zip(paths or [''], views or [False], outs or [''])):
+        model, tokenizer, info, autocast = measures.eval_setup(path, device, dtype, 'NIAH',
+                                                               window if view else None,
+                                                               max(lengths), overrides)
+        settings = measures.eval_settings(info, 'eval_niah.py', window=window if view else None,
+                                          overrides=overrides, seed=seed, dtype=dtype,
+                                          chunk_size=chunk_size,
+                                          **({} if task == 'niah_single_1' else {'task': task}))
+        results = ruler.Results(o + '.jsonl', settings, overwrite)  # read back under these only
+        try:
+            summary = ruler.evaluate_niah(model, tokenizer, results, lengths, samples, depths,
+                                          depth_samples, seed, device, chunk_size, autocast, task)
+        except ValueError as e:  # a length too short for the task
+            raise SystemExit(f"{e}: leave that length out of --lengths")
+        label = labels[i] if labels else row_label(path, info, view)
+        first = first or info.get('config') or {}
+        rows.append({'label': label, 'ckpt': path, 'window': window if view else None,
+                     'step': info['step'], 'niah_1': summary['niah_1']})
+        if not several:
+            print(f"\n{title}")
+            print(f"{'model':<24}" + ''.join(f"{ruler.length_label(L):>8}" for L in lengths))
+            print(f"{os.path.basename(path.rstrip('/')):<24}"
+                  + ''.join(f"{summary['niah_1'][L]:>8.1f}" for L in lengths))
+        with open(o + '.json', 'w') as f:
+            json.dump({'ckpt': path, 'step': info['step'], 'task': task, 'samples': samples,
+                       'seed': seed, 'depth_samples': depth_samples, **summary}, f, indent=2)
+        if depths:
+            heatmap(o + '.png', summary['depth_x_length'], lengths, depths,
+                    f"NIAH: {label}, {depth_samples} samples per cell")
+        print(f"wrote {o}.json, {o}.jsonl" + (f", {o}.png" if depths else ""))
+        del model
+    if several:
+        write_table(table, rows, lengths, train_length or first.get('block_size'), title)

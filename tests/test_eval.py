@@ -208,6 +208,36 @@ def test_eval_errors(tiny_data, tmp_path):
     assert r[0] != 0 and 'has no tokenizer' in r[1]
 
 
+def test_niah_table_has_a_row_per_checkpoint_and_reads_scored_rows_back(tiny_data, tmp_path, capsys):
+    """eval_niah.py with several checkpoints: one table, a row each (SW: a --window view of one
+    checkpoint; K=2: an average), the training length marked, as markdown and JSON; a row that an
+    earlier run scored is read back, its samples not run again."""
+    for d in ('orig', 'cpt'):
+        (tmp_path / d).mkdir()
+    orig = save_tiny(tmp_path / 'orig' / 'ckpt_000007.pt', tiny_data)
+    cpt = save_tiny(tmp_path / 'cpt' / 'avg2_000005-000007.pt', tiny_data, dropout=0.1)
+    ckpt = checkpoint.load(cpt)
+    checkpoint.save({**ckpt, 'averaged_steps': [5, 7], 'averaged_from': []}, cpt)
+    args = ['--task=niah_single_1_short', '--lengths=[256, 512]', '--samples=2', '--depths=[]']
+    assert run_script('eval_niah.py', f'--ckpt={orig}', *args) == (0, '')
+    scored = (tmp_path / 'orig' / 'ckpt_000007_niah.jsonl').read_text()
+    capsys.readouterr()
+    assert run_script('eval_niah.py', f"--ckpt=['{orig}', '{orig}', '{cpt}']", '--sw=[1]', '--window=8',
+                      '--train_length=256', *args) == (0, '')
+    printed = capsys.readouterr().out
+    assert (tmp_path / 'orig' / 'ckpt_000007_niah.jsonl').read_text() == scored  # read back, not run
+    table = json.load(open(tmp_path / 'orig' / 'ckpt_000007_niah_table.json'))
+    assert [r['label'] for r in table['rows']] == ['orig', 'orig SW', 'cpt K=2']
+    assert [r['window'] for r in table['rows']] == [None, 8, None] and table['train_length'] == 256
+    for r, out in zip(table['rows'], ('ckpt_000007_niah', 'ckpt_000007_sw_niah')):
+        assert r['niah_1'] == json.load(open(tmp_path / 'orig' / f'{out}.json'))['niah_1']
+    md = (tmp_path / 'orig' / 'ckpt_000007_niah_table.md').read_text().splitlines()
+    assert md[2] == '| row | 256* | 512 |' and md[-1].startswith('| cpt K=2 | ')
+    assert 'orig SW' in printed and '256*' in printed and 'the training length' in printed
+    r = run_script('eval_niah.py', f"--ckpt=['{orig}', '{cpt}']", "--labels=['one']", *args)
+    assert r[0] != 0 and 'a label per row' in r[1]
+
+
 @pytest.mark.parametrize('script,args,message', [
     ('tools/probe_variance.py', ['--dropout=1.0'], 'dropout must be below 1'),
     ('tools/probe_variance.py', ['--length=-5'], 'length >= 0 (0: the training length)'),
