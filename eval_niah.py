@@ -8,15 +8,15 @@ on a few hundred bytes (docs/study.md's Tables 1 and 5 parts).
 
     python eval_niah.py --ckpt=out/quickstart/ckpt_000488.pt --lengths="[1024, 2048, 4096, 8192]"
     python eval_niah.py --ckpt="['out/a/ckpt_000488.pt', 'out/a/ckpt_000488.pt', \
-        'out/b/avg10_000400-000488.pt']" --sw="[1]" --window=256 --table=out/t  # rows a, a SW, b K=10
+        'out/b/avg10_000400-000488.pt']" --sw="[1]" --window=256 --table=out/t  # a, a SW, b K=10
 
 Writes, next to the checkpoint: <ckpt>_niah.jsonl (every sample: its length in tokens, the
 answer, the prediction, the score; an interrupted run continues from it), <ckpt>_niah.json (the
 summary) and <ckpt>_niah.png (the heatmap). With several checkpoints, each row's files are
 written so (a --window view's as <ckpt>_sw_niah.*), a row already scored is read back, and the
 table, lengths as columns and the training length marked, is printed and written to
---table.md and --table.json (the paper's Tables 1, 5, 12 from their rows). Takes any checkpoint or weights folder that
-checkpoint.load_model reads. The samples are read back only under the settings that made them
+--table.md and --table.json (the paper's Tables 1, 5, 12 from their rows). Takes any checkpoint
+or weights folder that checkpoint.load_model reads. The samples are read back only under the settings that made them
 (ruler.Results): other settings at the same --out are refused, or recomputed with --overwrite=True.
 """
 
