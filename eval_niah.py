@@ -16,8 +16,9 @@ summary) and <ckpt>_niah.png (the heatmap). With several checkpoints, each row's
 written so (a --window view's as <ckpt>_sw_niah.*), a row already scored is read back, and the
 table, lengths as columns and the training length marked, is printed and written to
 --table.md and --table.json (the paper's Tables 1, 5, 12 from their rows). Takes any checkpoint
-or weights folder that checkpoint.load_model reads. The samples are read back only under the settings that made them
-(ruler.Results): other settings at the same --out are refused, or recomputed with --overwrite=True.
+or weights folder that checkpoint.load_model reads. The samples are read back only under the
+settings that made them (ruler.Results): other settings at the same --out are refused, or
+recomputed with --overwrite=True.
 """
 
 import json
