@@ -20,16 +20,17 @@ import torch.distributed as dist
 
 
 def memory_estimate(model, batch_size, block_size, bf16, checkpointing=False, fsdp_world=1,
-                    no_sync=False):
+                    no_sync=False, averages=0):
     """-> bytes by part: 'states' (float32 weights, gradients and AdamW's two moments, 16 bytes a
-    parameter, sharded by FSDP; plus the unsharded float32 gradients FSDP keeps across no-sync
-    micro-steps), 'activations' (Korthikanti et al. 2022: about 34 bytes per token and unit of
-    width in a layer, in bf16; with activation checkpointing a block input per layer plus one
-    block), 'attention' (the attention probabilities where they are materialised: entmax, or the
-    'manual' backend; the fused softmax kernels keep none) and 'logits' (bf16, their float32 copy
-    and its gradient: 10 bytes per token and vocabulary entry)."""
+    parameter, and 4 per running average of train.py's average_last, sharded by FSDP; plus the
+    unsharded float32 gradients FSDP keeps across no-sync micro-steps), 'activations'
+    (Korthikanti et al. 2022: about 34 bytes per token and unit of width in a layer, in bf16;
+    with activation checkpointing a block input per layer plus one block), 'attention' (the
+    attention probabilities where they are materialised: entmax, or the 'manual' backend; the
+    fused softmax kernels keep none) and 'logits' (bf16, their float32 copy and its gradient: 10
+    bytes per token and vocabulary entry)."""
     c, tokens, n = model.config, batch_size * block_size, model.num_params(False)
-    states = 16 * n / fsdp_world + (4 * n if no_sync else 0)
+    states = (16 + 4 * averages) * n / fsdp_world + (4 * n if no_sync else 0)
     layer = 34 * tokens * c.n_embd * (1 if bf16 else 2)
     # probabilities: float32 ones saved by the normaliser's backward, and the compute-dtype copy
     # saved by p @ v (under attention dropout: the dropped copy, and the mask, a byte an entry)
@@ -47,12 +48,14 @@ def memory_estimate(model, batch_size, block_size, bf16, checkpointing=False, fs
 
 
 def describe_memory(model, batch_size, block_size, bf16, checkpointing=False, fsdp_world=1,
-                    no_sync=False, device=None):
+                    no_sync=False, device=None, averages=0):
     """memory_estimate as train.py prints it, in GB by part and in all; given the device, a
     SystemExit if the total is more than it has (machine_memory)."""
-    parts = memory_estimate(model, batch_size, block_size, bf16, checkpointing, fsdp_world, no_sync)
+    parts = memory_estimate(model, batch_size, block_size, bf16, checkpointing, fsdp_world, no_sync,
+                            averages)
     gb = {k: v / 2 ** 30 for k, v in parts.items()}
-    line = (f"memory per process (estimate): weights, gradients and AdamW {gb['states']:.1f} GB"
+    line = (f"memory per process (estimate): weights, gradients and AdamW"
+            f"{' and running averages' if averages else ''} {gb['states']:.1f} GB"
             f" + activations {gb['activations']:.1f} GB + attention probabilities "
             f"{gb['attention']:.1f} GB + logits {gb['logits']:.1f} GB = {sum(gb.values()):.1f} GB "
             f"(batch_size {batch_size} x {block_size}"
@@ -64,6 +67,43 @@ def describe_memory(model, batch_size, block_size, bf16, checkpointing=False, fs
                          f"{have / 2 ** 30:.1f} GB of {device}. Use a smaller model or batch_size, "
                          f"activation_checkpointing, or FSDP")
     return line
+
+
+# A planned run's GPU-hours assume this fraction of the bf16 peak: nanoGPT-class dense training
+# reaches 40-50% on A100/H100, a 3B model under FSDP with activation checkpointing less (the
+# recomputed forward is not counted as useful work), so 0.35; unmeasured here (no GPU has run)
+PLAN_MFU = 0.35
+
+
+def plan(model, block_size, tokens, n_params, ckpt_steps, keep_last, averages, out_dir,
+         free=None):
+    """What a run will cost, said before it starts -> (line, SystemExit or None): its training
+    FLOPs (model.flops_per_token x tokens); GPU-hours on an H100 and an H200 at PLAN_MFU; the bytes
+    of a checkpoint (float32 weights, 4 a parameter) and of its optimizer state (AdamW's two
+    moments, 8; plus 4 per running average: train.py's average_last), what the run writes and
+    what it keeps (keep_last of the ckpt_steps checkpoints, two optimizer states), against the
+    free space of out_dir's disk (or `free` bytes): the error, if what is kept cannot fit."""
+    import shutil
+    flops = model.flops_per_token(block_size) * tokens
+    hours = {g: flops / (PEAK_FLOPS[g] * PLAN_MFU) / 3600 for g in ('NVIDIA H100', 'NVIDIA H200')}
+    ckpt, optim = 4 * n_params, (8 + 4 * averages) * n_params
+    kept_ckpts = min(keep_last, ckpt_steps) if keep_last else ckpt_steps
+    written, kept = ckpt_steps * (ckpt + optim), kept_ckpts * ckpt + min(2, ckpt_steps) * optim
+    where = os.path.abspath(out_dir)
+    while not os.path.exists(where):
+        where = os.path.dirname(where)
+    free = shutil.disk_usage(where).free if free is None else free
+    gb = lambda b: f"{b / 2 ** 30:,.3g} GB"  # noqa: E731
+    line = (f"plan: {flops:.3g} training FLOPs, {hours['NVIDIA H100']:,.3g} GPU-hours on H100 or "
+            f"{hours['NVIDIA H200']:,.3g} on H200 at {PLAN_MFU:.0%} MFU (assumed); a checkpoint "
+            f"{gb(ckpt)} and its optimizer state {gb(optim)}, {ckpt_steps} written "
+            f"({gb(written)}), {kept_ckpts} kept with {min(2, ckpt_steps)} optimizer states "
+            f"({gb(kept)}); {gb(free)} free at {where}")
+    error = None if kept <= free else SystemExit(
+        f"config error: the run keeps {gb(kept)} of checkpoints, more than the {gb(free)} free at "
+        f"{where}: raise ckpt_interval, set keep_last (train.py's average_last averages without "
+        f"keeping checkpoints), or free some space")
+    return line, error
 
 
 def check_device(device):

@@ -275,7 +275,14 @@ except ValueError as e:
     raise SystemExit(f"config error: {e}")
 memory = hardware.describe_memory(shape, batch_size, block_size, bf16,
                                   activation_checkpointing, world if sharded else 1,
-                                  sharded and grad_accum > 1, device)  # SystemExit: cannot fit
+                                  sharded and grad_accum > 1, device,
+                                  len(windows))  # SystemExit: cannot fit
+ckpt_steps = len(set(range(start_iter + ckpt_interval - start_iter % ckpt_interval, max_iters,
+                           ckpt_interval)) | {max_iters})  # this run's saves, the last included
+plan, too_big = hardware.plan(shape, block_size, (max_iters - start_iter) * tokens_per_batch,
+                              shape.num_params(False), ckpt_steps, keep_last, len(windows), out_dir)
+if too_big and master:
+    raise too_big
 torch.manual_seed(seed)  # the initial weights
 model = checkpoint.build_model(model_type, model_args)
 if ckpt is not None:
@@ -294,6 +301,7 @@ if activation_checkpointing:  # the backward recomputes each block, replaying it
 if sharded:  # FSDP2: each block's weights, gradients and optimizer state sharded over the processes
     hardware.shard(model, device_type, bf16)
 say(memory)
+say(plan)
 
 # AdamW: matrices decayed; norms, biases, embeddings (and parameters marked _no_weight_decay) not
 embeddings = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}

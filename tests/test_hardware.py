@@ -84,3 +84,52 @@ def test_inference_estimate_counts_what_the_kv_cache_holds(window):
     est = hardware.inference_estimate(shape, L, chunk, bf16=False)
     assert est['cache'] == sum(storages.values())
     assert est['weights'] == 4 * m.num_params(False)
+
+
+def config(name):
+    """A config file's keys, as train.py reads them (configs import each other)."""
+    import runpy
+    return runpy.run_path(os.path.join(ROOT, 'configs', name))
+
+
+@pytest.mark.parametrize('name', ['vpad.py', 'smollm3_pl_d.py'])
+def test_plan_of_the_paper_runs_on_meta(name, tmp_path, capsys):
+    """hardware.plan as train.py prints it, for the from-scratch VPAD run and SmolLM3-3B's PL-D
+    CPT on the meta device (SmolLM3's shape: transformers' SmolLM3Config, as released): PaLM's
+    FLOPs over every token, GPU-hours at PLAN_MFU, 4 bytes a parameter per checkpoint and 8 more
+    (4 per running average) per optimizer state; the run is refused when what it keeps cannot
+    fit the free space. The lines are the figures docs/performance.md quotes."""
+    c = config(name)
+    if 'smollm3' in name:
+        transformers = pytest.importorskip('transformers')
+        from weights import smollm3_args
+        args = smollm3_args(transformers.SmolLM3Config(
+            rope_parameters={'rope_theta': 5e6, 'rope_type': 'default'}).to_dict())
+        args.update(window=c['window'], dropout_type=c['dropout_type'], dropout=c['dropout'])
+    else:
+        args = {k: c[k] for k in TransformerConfig.__dataclass_fields__ if k in c}
+        args['vocab_size'] = 50304
+    with torch.device('meta'):
+        m = Transformer(TransformerConfig(**args))
+    steps = int(c['max_tokens'] // c['tokens_per_batch'])
+    saves = len(set(range(c['ckpt_interval'], steps, c['ckpt_interval'])) | {steps})
+    n, averages = m.num_params(False), len(c.get('average_last', []))
+    line, error = hardware.plan(m, c['block_size'], steps * c['tokens_per_batch'], n, saves,
+                                c.get('keep_last', 0), averages, str(tmp_path / 'run'), free=2 ** 50)
+    print(f"{name}: {line}")
+    flops = m.flops_per_token(c['block_size']) * steps * c['tokens_per_batch']
+    assert line.startswith(f"plan: {flops:.3g} training FLOPs, {flops / 989e12 / 0.35 / 3600:,.3g} GPU-hours on H100")
+    keep = c.get('keep_last', 0)
+    kept = (min(keep, saves) if keep else saves) * 4 * n + 2 * (8 + 4 * averages) * n
+    assert f"({kept / 2 ** 30:,.3g} GB); " in line and error is None
+    _, error = hardware.plan(m, c['block_size'], 1, n, saves, 0, 3, str(tmp_path / 'run'), free=kept)
+    assert isinstance(error, SystemExit) and 'raise ckpt_interval, set keep_last' in str(error)
+
+
+def test_running_averages_count_in_the_states():
+    """train.py's average_last keeps a float32 sum per average: 4 bytes a parameter each, sharded
+    by FSDP like the rest of the states."""
+    with torch.device('meta'):
+        m = Transformer(TransformerConfig(vocab_size=64, n_layer=2, n_head=4, n_embd=32))
+    n = m.num_params(False)
+    assert hardware.memory_estimate(m, 2, 32, True, fsdp_world=4, averages=3)['states'] == 7 * n
