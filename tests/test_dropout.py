@@ -229,3 +229,27 @@ def test_keep_mask_rate_and_independence():
     assert keep_mask(x.bfloat16(), 0.1)[0].dtype == torch.bfloat16
     with pytest.raises(ValueError, match=r'in \[0, 1\)'):
         keep_mask(x, 1.0)
+
+
+@pytest.mark.parametrize('dropout_type', ['pre_linear', 'vpad'])
+def test_activation_checkpointing_replays_the_masks(dropout_type):
+    """train.py's activation checkpointing (each block's forward under torch.utils.checkpoint)
+    recomputes a block in the backward with the RNG state of its forward, so PL-D's and VPAD's
+    masks (one per projection input) are the same twice: the gradients equal those of the plain
+    step, bit for bit. Without the replay they differ (the mutation the test guards)."""
+    import functools
+    grads = []
+    for checkpointing, preserve in ((False, True), (True, True), (True, False)):
+        torch.manual_seed(0)
+        m = Transformer(TransformerConfig(vocab_size=64, n_layer=2, n_head=4, n_embd=32, block_size=32,
+                                          dropout_type=dropout_type, dropout=0.3)).train()
+        if checkpointing:
+            for block in m.layers:
+                block.forward = functools.partial(torch.utils.checkpoint.checkpoint, block.forward,
+                                                  use_reentrant=False, preserve_rng_state=preserve)
+        idx = torch.randint(0, 64, (4, 32), generator=torch.Generator().manual_seed(1))
+        torch.manual_seed(2)
+        m(idx, idx)[1].backward()
+        grads.append([p.grad for p in m.parameters()])
+    assert all(torch.equal(a, b) for a, b in zip(grads[0], grads[1]))
+    assert not all(torch.equal(a, b) for a, b in zip(grads[0], grads[2]))

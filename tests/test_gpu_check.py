@@ -43,8 +43,8 @@ def test_quick_dry_run(tmp_path):
 def test_dry_run_runs_every_part(tmp_path):
     status, figure, _ = dry_run(tmp_path)
     correctness = [c for c in status if c.startswith(('attention vs float64', 'compiled vs eager', 'dropout under bf16',
-                                                      '20 bf16', 'FSDP2'))]
-    assert len(correctness) == 12 + 4 + 3 + 2 + 1 and all(status[c] == 'PASS' for c in correctness)
+                                                      '20 bf16', 'FSDP2', 'activation checkpointing'))]
+    assert len(correctness) == 12 + 4 + 3 + 2 + 1 + 2 and all(status[c] == 'PASS' for c in correctness)
     assert status['mamba_ssm kernels vs the PyTorch scan'] == 'SKIP'  # no kernels on CPU, and it says so
     assert {'the same size as nanoGPT', 'Mamba2-85M', 'ASEntmax at its micro-batch', 'prefill and decoding at 512'} <= set(status)
     assert 'forward only' not in figure['compiled vs eager, attention dropout']  # SDPA: gradients compared too

@@ -247,6 +247,38 @@ def _():
     return lines
 
 
+@check('activation checkpointing replays the masks')
+def _():
+    """PL-D and VPAD draw a mask per projection input; under train.py's activation checkpointing
+    the backward recomputes each block, and must draw the forward's masks again: the compiled step's
+    gradients with it equal those without (tests/test_dropout.py checks the eager step on CPU; a dry
+    run checks eager too)."""
+    kind, args, T, B = SCRATCH
+    T, B = min(T, 256), 2
+    lines = []
+    for name in ('PL-D', 'VPAD'):
+        a, seen = {**args, **VARIANTS[name]}, []
+        for recompute in (False, True):
+            torch._dynamo.reset()
+            torch.manual_seed(0)
+            m = build(kind, a).train()
+            if recompute:
+                for block in m.layers:
+                    block.forward = functools.partial(torch.utils.checkpoint.checkpoint, block.forward,
+                                                      use_reentrant=False)
+            x, y = batch(a['vocab_size'], B, T, 0)
+            torch.manual_seed(1)
+            loss = (m if dry_run else torch.compile(m, backend=backend))(x, y)[1]
+            loss.backward()
+            seen.append((loss, m))
+        (ref, plain), (loss, again) = seen
+        worst = worst_difference(loss.item(), ref, [p.grad for p in again.parameters()], plain)
+        lines.append((f"activation checkpointing, {name}", 'PASS' if worst < 1e-4 else 'FAIL',
+                      f"max relative difference of loss and gradients {worst:.1e} (bound 1e-4)"))
+    torch._dynamo.reset()
+    return lines
+
+
 @check('dropout under bf16: E[D(x)] = x', in_quick=True)
 def _():
     """Inverted dropout (PN-D, PL-D) eager and compiled, and SDPA's attention dropout, on bf16 inputs
