@@ -82,7 +82,8 @@ def plan(model, block_size, tokens, n_params, ckpt_steps, keep_last, averages, o
     of a checkpoint (float32 weights, 4 a parameter) and of its optimizer state (AdamW's two
     moments, 8; plus 4 per running average: train.py's average_last), what the run writes and
     what it keeps (keep_last of the ckpt_steps checkpoints, two optimizer states), against the
-    free space of out_dir's disk (or `free` bytes): the error, if what is kept cannot fit."""
+    free space of out_dir's disk (or `free` bytes): the error, if what is kept cannot fit (train.py
+    raises it for a new run)."""
     import shutil
     flops = model.flops_per_token(block_size) * tokens
     hours = {g: flops / (PEAK_FLOPS[g] * PLAN_MFU) / 3600 for g in ('NVIDIA H100', 'NVIDIA H200')}

@@ -281,8 +281,8 @@ ckpt_steps = len(set(range(start_iter + ckpt_interval - start_iter % ckpt_interv
                            ckpt_interval)) | {max_iters})  # this run's saves, the last included
 plan, too_big = hardware.plan(shape, block_size, (max_iters - start_iter) * tokens_per_batch,
                               shape.num_params(False), ckpt_steps, keep_last, len(windows), out_dir)
-if too_big and master:
-    raise too_big
+if too_big and master and init_from != 'resume':  # a resumed run's checkpoints are on the disk:
+    raise too_big  # a full disk stops it at the save that does not fit, the pair before intact
 torch.manual_seed(seed)  # the initial weights
 model = checkpoint.build_model(model_type, model_args)
 if ckpt is not None:
