@@ -315,9 +315,9 @@ def evaluate(part, variant, seed):
     cfg = ckpt['config']
     if kind == 'lm':
         T = cfg['block_size']
-        n = 1 if tiny and part in NIAH_PARTS else EVAL_WINDOWS  # (the tests: one of 16K tokens)
+        n = 1 if tiny and part in NIAH_PARTS else EVAL_WINDOWS  # (the tests: one of 4K tokens)
         windows = TokenData(cfg['data_dir'], 'val').long_windows(16 * T, n)  # (n, 16T + 1)
-        # the entropy of 16K-token windows costs more than the rest; not for the NIAH parts
+        # the entropy of 4K-token windows of 8 layers costs more than the rest: not for the NIAH parts
         attends = ckpt['model_type'] == 'transformer' and part not in NIAH_PARTS
         measure = lambda entropy=True: lm_measures(net, windows, T, entropy and attends)  # noqa: E731
         if part in NIAH_PARTS:  # and retrieval, learned in phase 1
