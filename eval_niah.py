@@ -51,40 +51,7 @@ def heatmap(path, heat, lengths, depths, title):
     fig.savefig(path, dpi=120)
 
 
-def row_label(path, info, windowed):
-    """A table row's default name: the run's folder (a weights folder's own name), K=n for the
-    average of n checkpoints, SW for a view with --window."""
-    path = os.path.abspath(path.rstrip('/'))
-    name = os.path.basename(os.path.dirname(path) if path.endswith('.pt') else path)
-    if info.get('averaged_steps'):
-        name += f" K={len(info['averaged_steps'])}"
-    return name + (' SW' if windowed else '')
-
-
-def write_table(table, rows, lengths, train_length, title):
-    """The rows as the paper lays its NIAH tables out (lengths as columns, the training length
-    marked): printed, and written as table.md and table.json."""
-    mark = lambda L: ruler.length_label(L) + ('*' if L == train_length else '')  # noqa: E731
-    width = max(24, *(len(r['label']) + 2 for r in rows))
-    print(f"\n{title}" + ("; * the training length" if train_length in lengths else ""))
-    print(f"{'row':<{width}}" + ''.join(f"{mark(L):>8}" for L in lengths))
-    for r in rows:
-        print(f"{r['label']:<{width}}" + ''.join(f"{r['niah_1'][L]:>8.1f}" for L in lengths))
-    md = [f"{title}" + ("; * the training length" if train_length in lengths else ""), '',
-          '| row | ' + ' | '.join(mark(L) for L in lengths) + ' |',
-          '|---' * (len(lengths) + 1) + '|']
-    md += [f"| {r['label']} | " + ' | '.join(f"{r['niah_1'][L]:.1f}" for L in lengths) + ' |'
-           for r in rows]
-    with open(table + '.md', 'w') as f:
-        f.write('\n'.join(md) + '\n')
-    with open(table + '.json', 'w') as f:
-        json.dump({'checkpoints': [r['ckpt'] for r in rows], 'title': title, 'lengths': lengths,
-                   'train_length': train_length, 'rows': rows}, f, indent=2)
-    print(f"wrote {table}.md, {table}.json")
-
-
 if __name__ == '__main__':
-    import checkpoint
     import measures
     from configurator import configure
 
@@ -112,27 +79,13 @@ if __name__ == '__main__':
               'depth_samples': (0, None), 'seed': (0, None), 'chunk_size': (1, None),
               'train_length': (0, None), 'sw': (0, None, [])}
     globals().update(configure(globals(), sys.argv[1:], limits=LIMITS))
-    paths = ckpt if isinstance(ckpt, list) else [ckpt] if ckpt else []
+    paths, views, outs, table = measures.eval_rows(ckpt, labels, sw, window, out, table, '_niah',
+                                                   'eval_niah.py')  # checked before any sample
     several = isinstance(ckpt, list)
-    wrong_labels = labels and len(labels) != len(paths)
-    if several and (out or wrong_labels or max(sw, default=0) >= len(paths)):
-        raise SystemExit(f"with {len(paths)} checkpoints: no --out (each row's results go beside "
-                         f"its checkpoint, the table to --table), a label per row if any "
-                         f"({len(labels)} given), --sw rows below {len(paths)} (given {sw})")
-    views = [window is not None and (not sw or i in sw) for i in range(len(paths))]
-    outs = [out or p.removesuffix('.pt').rstrip('/') + ('_sw' if several and w else '') + '_niah'
-            for p, w in zip(paths, views)]
-    table = table or (outs[0] + '_table' if several else '')
-    for o in outs:  # every output checked before any sample runs
-        measures.eval_outputs(o, 'eval_niah.py')
-    if table:
-        checkpoint.check_output(table + '.json', True, measures.is_summary, 'eval_niah.py')
-        checkpoint.check_output(table + '.md', True, lambda p: measures.is_summary(table + '.json'),
-                                'eval_niah.py')
     name = 'RULER niah_single_1' if task == 'niah_single_1' else f"{task}, RULER's form shortened"
     title = f"NIAH-1 ({name}, {samples} samples per length, string_match_all x 100)"
     rows, first = [], None
-    for i, (path, view, o) in enumerate(zip(paths or [''], views or [False], outs or [''])):
+    for i, (path, view, o) in enumerate(zip(paths, views, outs)):
         model, tokenizer, info, autocast = measures.eval_setup(path, device, dtype, 'NIAH',
                                                                window if view else None,
                                                                max(lengths), overrides)
@@ -146,10 +99,10 @@ if __name__ == '__main__':
                                           depth_samples, seed, device, chunk_size, autocast, task)
         except ValueError as e:  # a length too short for the task
             raise SystemExit(f"{e}: leave that length out of --lengths")
-        label = labels[i] if labels else row_label(path, info, view)
+        label = labels[i] if labels else measures.row_label(path, info, view)
         first = first or info.get('config') or {}
         rows.append({'label': label, 'ckpt': path, 'window': window if view else None,
-                     'step': info['step'], 'niah_1': summary['niah_1']})
+                     'step': info['step'], 'score': summary['niah_1']})
         if not several:
             print(f"\n{title}")
             print(f"{'model':<24}" + ''.join(f"{ruler.length_label(L):>8}" for L in lengths))
@@ -164,4 +117,4 @@ if __name__ == '__main__':
         print(f"wrote {o}.json, {o}.jsonl" + (f", {o}.png" if depths else ""))
         del model
     if several:
-        write_table(table, rows, lengths, train_length or first.get('block_size'), title)
+        measures.write_table(table, rows, lengths, train_length or first.get('block_size'), title)

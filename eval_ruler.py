@@ -16,6 +16,9 @@ HotpotQA dev (distractor) from --squad / --hotpotqa (the original JSON files) or
 `datasets`.
 A task whose data is missing is skipped and said so, never scored 0.
 Writes <ckpt>_ruler.jsonl (every sample; an interrupted run continues) and <ckpt>_ruler.json.
+With several checkpoints (--ckpt="['a.pt', 'b.pt']", --labels, --sw with --window: as
+eval_niah.py), each row is scored so, a row already scored is read back, and the table of the
+RULER averages, lengths as columns, is printed and written to --table.md and --table.json.
 The samples are read back only under the settings that made them (ruler.Results): other settings
 at the same --out are refused, or recomputed with --overwrite=True.
 """
@@ -36,7 +39,11 @@ if __name__ == '__main__':
     from configurator import configure
 
     # -------------------------------------------------------------------------
-    ckpt = ''  # a checkpoint file or a weights folder
+    ckpt: str | list = ''  # a checkpoint file or weights folder; or a list: a table row each
+    labels: list = []  # the rows' names; default: the run's folder, K=n for an average, SW
+    sw: list[int] = []  # with a list of checkpoints, the rows (from 0) that take --window; [] all
+    train_length = 0  # the length marked in the table; 0: the first row's block_size
+    table = ''  # the table's .md and .json; default: <first checkpoint>_ruler_table
     tasks: str | list = 'paper'  # task names, or a named set of ruler.SUBSETS
     lengths: list[int] = [4096, 8192, 16384, 32768]  # prompt + generated tokens, the model's tokens
     samples = 500  # per task and length (RULER's default)
@@ -48,43 +55,57 @@ if __name__ == '__main__':
     overrides: dict | None = None  # model arguments no weight depends on: {'rope_scaling': 'yarn'}
     chunk_size = 1024  # prefill chunk
     overwrite = False  # recompute the results saved at out (of other settings: a window, a seed)
-    out = ''  # output prefix; default: the checkpoint's path without .pt, plus _ruler
+    out = ''  # one checkpoint's output prefix; default: its path without .pt, plus _ruler
     device = 'cuda' if torch.cuda.is_available() else 'cpu'
     dtype: Literal['bfloat16', 'float32'] = 'bfloat16' if torch.cuda.is_available() else 'float32'
     # -------------------------------------------------------------------------
     LIMITS = {'lengths': (1, None), 'samples': (1, None), 'seed': (0, None),
-              'chunk_size': (1, None)}  # configurator.check_limits
+              'chunk_size': (1, None), 'train_length': (0, None),
+              'sw': (0, None, [])}  # configurator.check_limits
     globals().update(configure(globals(), sys.argv[1:], limits=LIMITS))
     names = ruler.task_list(tasks)
-    model, tokenizer, info, autocast = measures.eval_setup(ckpt, device, dtype, 'RULER', window,
-                                                           max(lengths), overrides)
-    out = out or ckpt.removesuffix('.pt').rstrip('/') + '_ruler'
-    measures.eval_outputs(out, 'eval_ruler.py')
-    settings = measures.eval_settings(info, 'eval_ruler.py', window=window, overrides=overrides,
-                                      seed=seed, dtype=dtype, chunk_size=chunk_size, essay=essay,
-                                      squad=squad, hotpotqa=hotpotqa)
-    results = ruler.Results(out + '.jsonl', settings, overwrite)  # read back under these only
-
+    paths, views, outs, table = measures.eval_rows(ckpt, labels, sw, window, out, table, '_ruler',
+                                                   'eval_ruler.py')  # checked before any sample
     data = ruler.Data(essay, squad, hotpotqa)
-    r = ruler.evaluate(model, tokenizer, results, names, lengths, samples, seed, data, device,
-                       chunk_size, autocast)
-    print(f"\nRULER ({samples} samples per task and length; string_match_all, QA "
-          f"string_match_part; x100)")
-    header = ''.join(f"{ruler.length_label(L):>8}" for L in lengths)
-    print(f"{'task':<18}{header}   empty predictions")
-    for t, row in r['scores'].items():
-        cells = ''.join(f"{v:>8.1f}" if not math.isnan(v) else f"{'-':>8}" for v in row.values())
-        print(f"{t:<18}{cells}   " + ' '.join(str(n) for n in r['nulls'][t].values()))
-    print(f"{'average':<18}" + ''.join(f"{v:>8.2f}" for v in r['average'].values()))
-    print(f"{'tasks averaged':<18}" + ''.join(f"{v:>8}" for v in r['tasks_averaged'].values()))
-    if r['skipped']:
-        print(f"not run: {', '.join(r['skipped'])} (their data is missing; see above)")
-    if r['stand_in_haystack']:
-        print(f"on a stand-in haystack: {', '.join(r['stand_in_haystack'])}: {data.stand_in}")
-    name = os.path.basename(ckpt.rstrip('/'))
-    print(f"\n{'RULER':<24}{header}")
-    print(f"{name:<24}" + ''.join(f"{v:>8.2f}" for v in r['average'].values()))
-    with open(out + '.json', 'w') as f:
-        json.dump({'ckpt': ckpt, 'step': info['step'], 'tasks': names, 'samples': samples,
-                   'seed': seed, **r}, f, indent=2)
-    print(f"wrote {out}.json and {out}.jsonl")
+    title = (f"RULER, the average over its tasks ({samples} samples per task and length; "
+             f"string_match_all, QA string_match_part; x100)")
+    rows, first = [], None
+    for i, (path, view, o) in enumerate(zip(paths, views, outs)):
+        model, tokenizer, info, autocast = measures.eval_setup(path, device, dtype, 'RULER',
+                                                               window if view else None,
+                                                               max(lengths), overrides)
+        settings = measures.eval_settings(info, 'eval_ruler.py', window=window if view else None,
+                                          overrides=overrides, seed=seed, dtype=dtype,
+                                          chunk_size=chunk_size, essay=essay, squad=squad,
+                                          hotpotqa=hotpotqa)
+        results = ruler.Results(o + '.jsonl', settings, overwrite)  # read back under these only
+        r = ruler.evaluate(model, tokenizer, results, names, lengths, samples, seed, data, device,
+                           chunk_size, autocast)
+        print(f"\nRULER ({samples} samples per task and length; string_match_all, QA "
+              f"string_match_part; x100)")
+        header = ''.join(f"{ruler.length_label(L):>8}" for L in lengths)
+        print(f"{'task':<18}{header}   empty predictions")
+        for t, row in r['scores'].items():
+            cells = ''.join(f"{v:>8.1f}" if not math.isnan(v) else f"{'-':>8}"
+                            for v in row.values())
+            print(f"{t:<18}{cells}   " + ' '.join(str(n) for n in r['nulls'][t].values()))
+        print(f"{'average':<18}" + ''.join(f"{v:>8.2f}" for v in r['average'].values()))
+        print(f"{'tasks averaged':<18}" + ''.join(f"{v:>8}" for v in r['tasks_averaged'].values()))
+        if r['skipped']:
+            print(f"not run: {', '.join(r['skipped'])} (their data is missing; see above)")
+        if r['stand_in_haystack']:
+            print(f"on a stand-in haystack: {', '.join(r['stand_in_haystack'])}: {data.stand_in}")
+        print(f"\n{'RULER':<24}{header}")
+        print(f"{os.path.basename(path.rstrip('/')):<24}"
+              + ''.join(f"{v:>8.2f}" for v in r['average'].values()))
+        with open(o + '.json', 'w') as f:
+            json.dump({'ckpt': path, 'step': info['step'], 'tasks': names, 'samples': samples,
+                       'seed': seed, **r}, f, indent=2)
+        print(f"wrote {o}.json and {o}.jsonl")
+        rows.append({'label': labels[i] if labels else measures.row_label(path, info, view),
+                     'ckpt': path, 'window': window if view else None, 'step': info['step'],
+                     'score': r['average']})
+        first = first or info.get('config') or {}
+        del model
+    if isinstance(ckpt, list):
+        measures.write_table(table, rows, lengths, train_length or first.get('block_size'), title)

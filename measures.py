@@ -10,6 +10,7 @@ a model and a batch, no files, no plots.
 
 import hashlib
 import json
+import os
 import re
 from contextlib import nullcontext
 
@@ -94,6 +95,65 @@ def eval_settings(info, tool, **settings):
     script and its settings -> the dict ruler.Results keeps beside the results."""
     return {'tool': tool, 'weights': digest(info['model']), 'tokenizer': info['tokenizer'],
             **settings}
+
+
+def eval_rows(ckpt, labels, sw, window, out, table, suffix, tool):
+    """The rows of an eval script's table, checked before anything runs -> (paths, views, outs,
+    table): ckpt is one checkpoint (a row, no table) or a list; views[i]: row i takes --window
+    (the rows in sw, or all); outs: each row's output prefix (out for one checkpoint, else beside
+    it, <ckpt>_sw<suffix> for a view); table: the table's prefix (default: beside the first
+    row's)."""
+    paths = ckpt if isinstance(ckpt, list) else [ckpt] if ckpt else []
+    several = isinstance(ckpt, list)
+    wrong_labels = labels and len(labels) != len(paths)
+    if several and (out or wrong_labels or max(sw, default=0) >= len(paths)):
+        raise SystemExit(f"with {len(paths)} checkpoints: no --out (each row's results go beside "
+                         f"its checkpoint, the table to --table), a label per row if any "
+                         f"({len(labels)} given), --sw rows below {len(paths)} (given {sw})")
+    views = [window is not None and (not sw or i in sw) for i in range(len(paths))]
+    outs = [out or p.removesuffix('.pt').rstrip('/') + ('_sw' if several and w else '') + suffix
+            for p, w in zip(paths, views)]
+    table = table or (outs[0] + '_table' if several else '')
+    for o in outs:
+        eval_outputs(o, tool)
+    if table:
+        checkpoint.check_output(table + '.json', True, is_summary, tool)
+        checkpoint.check_output(table + '.md', True, lambda p: is_summary(table + '.json'), tool)
+    return paths or [''], views or [False], outs or [''], table
+
+
+def row_label(path, info, windowed):
+    """A table row's default name: the run's folder (a weights folder's own name), K=n for the
+    average of n checkpoints, SW for a view with --window."""
+    path = os.path.abspath(path.rstrip('/'))
+    name = os.path.basename(os.path.dirname(path) if path.endswith('.pt') else path)
+    if info.get('averaged_steps'):
+        name += f" K={len(info['averaged_steps'])}"
+    return name + (' SW' if windowed else '')
+
+
+def write_table(table, rows, lengths, train_length, title):
+    """An eval script's rows of checkpoints as the paper lays its tables out (lengths as columns,
+    the training length marked; each row's 'score' by length): printed, and written as
+    table.md and table.json (eval_niah.py, eval_ruler.py)."""
+    from ruler import length_label
+    mark = lambda L: length_label(L) + ('*' if L == train_length else '')  # noqa: E731
+    width = max(24, *(len(r['label']) + 2 for r in rows))
+    print(f"\n{title}" + ("; * the training length" if train_length in lengths else ""))
+    print(f"{'row':<{width}}" + ''.join(f"{mark(L):>8}" for L in lengths))
+    for r in rows:
+        print(f"{r['label']:<{width}}" + ''.join(f"{r['score'][L]:>8.1f}" for L in lengths))
+    md = [f"{title}" + ("; * the training length" if train_length in lengths else ""), '',
+          '| row | ' + ' | '.join(mark(L) for L in lengths) + ' |',
+          '|---' * (len(lengths) + 1) + '|']
+    md += [f"| {r['label']} | " + ' | '.join(f"{r['score'][L]:.1f}" for L in lengths) + ' |'
+           for r in rows]
+    with open(table + '.md', 'w') as f:
+        f.write('\n'.join(md) + '\n')
+    with open(table + '.json', 'w') as f:
+        json.dump({'checkpoints': [r['ckpt'] for r in rows], 'title': title, 'lengths': lengths,
+                   'train_length': train_length, 'rows': rows}, f, indent=2)
+    print(f"wrote {table}.md, {table}.json")
 
 
 def is_summary(path):

@@ -230,7 +230,7 @@ def test_niah_table_has_a_row_per_checkpoint_and_reads_scored_rows_back(tiny_dat
     assert [r['label'] for r in table['rows']] == ['orig', 'orig SW', 'cpt K=2']
     assert [r['window'] for r in table['rows']] == [None, 8, None] and table['train_length'] == 256
     for r, out in zip(table['rows'], ('ckpt_000007_niah', 'ckpt_000007_sw_niah')):
-        assert r['niah_1'] == json.load(open(tmp_path / 'orig' / f'{out}.json'))['niah_1']
+        assert r['score'] == json.load(open(tmp_path / 'orig' / f'{out}.json'))['niah_1']
     md = (tmp_path / 'orig' / 'ckpt_000007_niah_table.md').read_text().splitlines()
     assert md[2] == '| row | 256* | 512 |' and md[-1].startswith('| cpt K=2 | ')
     assert 'orig SW' in printed and '256*' in printed and 'the training length' in printed
@@ -261,6 +261,15 @@ def test_eval_ruler_script(tiny_data, tmp_path):
     assert len(open(tmp_path / 'ckpt_000007_ruler.jsonl').readlines()) == 1 + 5  # settings, samples
     r = run('eval_ruler.py', f'--ckpt={ckpt}', '--tasks=niah_single_7')
     assert r.returncode != 0 and "unknown RULER task 'niah_single_7'" in r.stderr
+    scored = open(tmp_path / 'ckpt_000007_ruler.jsonl').read()  # a table: that row read back, a view of it added
+    r = run('eval_ruler.py', f"--ckpt=['{ckpt}', '{ckpt}']", '--sw=[1]', '--window=8', "--labels=['Orig.', 'SW']",
+            "--tasks=['niah_single_1', 'fwe', 'vt']", '--lengths=[1024, 2048]', '--samples=1', f'--table={tmp_path}/t')
+    assert r.returncode == 0, r.stderr
+    assert open(tmp_path / 'ckpt_000007_ruler.jsonl').read() == scored
+    table = json.load(open(tmp_path / 't.json'))
+    assert [(x['label'], x['window']) for x in table['rows']] == [('Orig.', None), ('SW', 8)]
+    assert table['rows'][0]['score'] == summary['average'] and table['train_length'] == 32
+    assert (tmp_path / 't.md').read_text().splitlines()[2] == '| row | 1K | 2K |'
 
 
 def test_probe_variance_script(tiny_data, tmp_path):
