@@ -451,9 +451,10 @@ def accumulate(it):
     """Add the weights of iteration it (those save_checkpoint saves: checked, not yet stepped) to
     the running sums of the averages whose steps hold it."""
     global summed
-    state = raw_model.state_dict()  # FSDP: this process's shards, nothing gathered
-    for K in (K for K, w in windows.items() if it in w and it > summed):
-        weights = {n: t.detach().float() for n, t in state.items() if t.is_floating_point()}
+    due = [K for K, w in windows.items() if it in w and it > summed]
+    weights = {n: t.detach().float() for n, t in raw_model.state_dict().items()  # FSDP: its shards
+               if t.is_floating_point()} if due else {}
+    for K in due:
         sums[K] = ({n: t.clone() for n, t in weights.items()} if sums[K] is None else
                    {n: sums[K][n].add_(t) for n, t in weights.items()})
     summed = max(summed, it)

@@ -915,7 +915,7 @@ niah_parts = [p for p in parts if p in NIAH_PARTS]
 if niah_parts:  # NIAH-1 by length at the end, and the reading rules' measure along CPT
     fig, axes = plt.subplots(len(niah_parts), 2, figsize=(10, 3.6 * len(niah_parts)), squeeze=False)
     for row, p in zip(axes, niah_parts):
-        key, what = RULES[p][0], {'niah_far': 'NIAH-1 at 8-16x', 'niah_2x': 'NIAH-1 at 2x'}[RULES[p][0]]
+        key, what = RULES[p][0], measures(p)[-1][0]  # the reading rules' measure and its name
         for v in P[p]:
             acc = final(P[p][v])['niah']
             band_plot(row[0], [int(L) for L in acc], list(acc.values()), v, marker='o', ms=3)
