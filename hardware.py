@@ -1,12 +1,12 @@
 """
 The machine a run uses: its device (check_device), the memory a training step holds per process
-by a rule of thumb (train.py prints it before training, so that a config that cannot fit says so
-at once; tests/test_hardware.py checks it against the tensors a CPU step saves for its backward),
-the memory of a long prefill and decoding through the KV cache (tools/gpu_check.py holds a GPU's
-peak to both), the GPU's peak FLOP/s for MFU, and train.py's processes under torchrun: the
-process group (NCCL on GPUs, gloo on CPUs) and FSDP2 (parallel='fsdp': the model sharded block
-by block; for a checkpoint its whole state and the optimizer's are gathered). Each FSDP process
-holds 1/world of the weights, gradients and AdamW state; SmolLM3-3B's CPT needs it
+tensor by tensor (train.py prints it before training, so that a config that cannot fit says so
+at once; tests/test_hardware.py checks it against the tensors a compiled CPU step saves for its
+backward), the memory of a long prefill and decoding through the KV cache (tools/gpu_check.py
+holds a GPU's peak to both), the GPU's peak FLOP/s for MFU, and train.py's processes under
+torchrun: the process group (NCCL on GPUs, gloo on CPUs) and FSDP2 (parallel='fsdp': the model
+sharded block by block; for a checkpoint its whole state and the optimizer's are gathered). Each
+FSDP process holds 1/world of the weights, gradients and AdamW state; SmolLM3-3B's CPT needs it
 (docs/smollm3-cpt.md). DDP needs nothing here: train.py wraps the model itself.
 """
 
@@ -20,31 +20,65 @@ import torch.distributed as dist
 
 
 def memory_estimate(model, batch_size, block_size, bf16, checkpointing=False, fsdp_world=1,
-                    no_sync=False, averages=0):
+                    no_sync=False, averages=0, device_type='cuda'):
     """-> bytes by part: 'states' (float32 weights, gradients and AdamW's two moments, 16 bytes a
     parameter, and 4 per running average of train.py's average_last, sharded by FSDP; plus the
-    unsharded float32 gradients FSDP keeps across no-sync micro-steps), 'activations'
-    (Korthikanti et al. 2022: about 34 bytes per token and unit of width in a layer, in bf16;
-    with activation checkpointing a block input per layer plus one block), 'attention' (the
-    attention probabilities where they are materialised: entmax, or the 'manual' backend; the
-    fused softmax kernels keep none) and 'logits' (bf16, their float32 copy and its gradient: 10
-    bytes per token and vocabulary entry)."""
+    unsharded float32 gradients FSDP keeps across no-sync micro-steps), 'activations' (what the
+    blocks save for the backward, block_bytes() a token and layer; with activation checkpointing
+    a float32 block input per layer plus one block; in bf16 without FSDP also the bf16 copies of
+    the weights autocast keeps, 2 bytes a parameter), 'attention' (the T x T probabilities where
+    they are materialised: entmax, the 'manual' backend, and on CPU SDPA's math kernel, which
+    takes attention dropout; the fused kernels keep none) and 'logits' (the float32
+    log-probabilities saved, 4 bytes per token and vocabulary entry, and the gradient of the
+    logits the backward starts from, in float32 and the compute dtype)."""
     c, tokens, n = model.config, batch_size * block_size, model.num_params(False)
+    e = 2 if bf16 else 4  # bytes of the compute dtype
     states = (16 + 4 * averages) * n / fsdp_world + (4 * n if no_sync else 0)
-    layer = 34 * tokens * c.n_embd * (1 if bf16 else 2)
+    block = tokens * block_bytes(c, e)
+    # after the last block: the residual stream (float32) and its norm, the head's input; in bf16
+    # autocast's copies of the weights (under FSDP they are gathered in bf16 and freed instead)
+    head = tokens * (4 + e) * c.n_embd + (2 * n if bf16 and fsdp_world == 1 else 0)
     # probabilities: float32 ones saved by the normaliser's backward, and the compute-dtype copy
     # saved by p @ v (under attention dropout: the dropped copy, and the mask, a byte an entry)
     manual = getattr(c, 'attn_backend', '') == 'manual'
-    materialised = getattr(c, 'attn_alpha', 1.0) != 1.0 or manual
     dropped = getattr(c, 'attn_dropout', 0.0) > 0
-    per_entry = 4 + ((1 + (2 if bf16 else 4)) if dropped else (2 if bf16 else 0))
+    materialised = (getattr(c, 'attn_alpha', 1.0) != 1.0 or manual
+                    or (dropped and device_type == 'cpu'))
+    per_entry = 4 + ((1 + e) if dropped else (2 if bf16 else 0))
     probs = per_entry * batch_size * c.n_head * block_size ** 2 if materialised else 0  # per layer
     if checkpointing:  # the block inputs, and one block recomputed at a time
-        acts, attention = 2 * tokens * c.n_embd * c.n_layer + layer, probs
+        acts, attention = 4 * tokens * c.n_embd * c.n_layer + block + head, probs
     else:
-        acts, attention = layer * c.n_layer, probs * c.n_layer
+        acts, attention = block * c.n_layer + head, probs * c.n_layer
     return {'states': states, 'activations': acts, 'attention': attention,
-            'logits': 10 * tokens * c.vocab_size}
+            'logits': (8 + e) * tokens * c.vocab_size}
+
+
+def block_bytes(c, e):
+    """Bytes a block saves for its backward, per token: tensor by tensor as Inductor's partitioner
+    keeps them in a compiled step (tests/test_hardware.py counts them on CPU), with the fused
+    attention kernels (flash, flex); e bytes an element of the compute dtype, a byte a mask
+    element. Mamba2: the 34 bytes per token and unit of width of Korthikanti et al. (2022), in
+    bf16, and its masks (not measured)."""
+    C, dropout = c.n_embd, c.dropout > 0 and c.dropout_type != 'none'
+    if not hasattr(c, 'n_head'):
+        masks = {'pre_norm': C, 'pre_linear': C + c.d_inner, 'vpad': C + c.d_inner}
+        return 34 * C * e // 2 + (masks.get(c.dropout_type, 0) if dropout else 0)
+    hd = c.head_dim or C // c.n_head
+    Cq, Ckv, F = c.n_head * hd, (c.n_kv_head or c.n_head) * hd, c.ffn_dim or 4 * C
+    swiglu = c.mlp == 'swiglu'
+    saved = (4 * C  # the block's input (the float32 residual stream) ...
+             + e * (C + Cq + 2 * Ckv)  # ... its norm; q, k and v after RoPE
+             + e * 2 * Cq + 4 * c.n_head  # attention's output, its copy into o_proj; log-sum-exp
+             + e * 2 * C  # o_proj's output (the residual after attention is recomputed); its norm
+             + e * (3 if swiglu else 2) * F)  # gate, up and silu(gate) * up, or up and its GELU
+    if dropout and c.dropout_type == 'pre_norm':
+        saved += 2 * C  # PN-D's two masks (Eq. 6)
+    if dropout and c.dropout_type in ('pre_linear', 'vpad'):
+        # a mask per projection's input: q, k, v, o, (gate,) up, down; the inputs of q, k, v (and
+        # of gate and up) are dropped apart, so saved apart. VPAD's means are recomputed.
+        saved += (3 + (2 if swiglu else 1)) * C + Cq + F + e * (2 + swiglu) * C
+    return saved
 
 
 def describe_memory(model, batch_size, block_size, bf16, checkpointing=False, fsdp_world=1,
@@ -52,7 +86,7 @@ def describe_memory(model, batch_size, block_size, bf16, checkpointing=False, fs
     """memory_estimate as train.py prints it, in GB by part and in all; given the device, a
     SystemExit if the total is more than it has (machine_memory)."""
     parts = memory_estimate(model, batch_size, block_size, bf16, checkpointing, fsdp_world, no_sync,
-                            averages)
+                            averages, torch.device(device).type if device else 'cuda')
     gb = {k: v / 2 ** 30 for k, v in parts.items()}
     line = (f"memory per process (estimate): weights, gradients and AdamW"
             f"{' and running averages' if averages else ''} {gb['states']:.1f} GB"

@@ -10,7 +10,9 @@ init_from = 'weights/mamba2-1.3b'
 data_dir = 'data/dclm_edu/neox'
 
 block_size = 2048
-batch_size = 8  # per GPU: 8 GPUs x 8 micro-steps x 8 x 2048 = 1,048,576 tokens per step
+# per GPU: 8 GPUs x 16 micro-steps x 4 x 2048 = 1,048,576 tokens per step (at 8 a sequence,
+# hardware.py's estimate is 81-83 GB: more than an H100's 80)
+batch_size = 4
 tokens_per_batch = 1_048_576
 max_tokens = 1e9  # 953 steps
 learning_rate = 2e-5

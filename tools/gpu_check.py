@@ -467,7 +467,8 @@ def _():
 def _():
     kind, args, T, B = ASENTMAX
     m = build(kind, args)
-    est = sum(hardware.memory_estimate(m, B, T, bf16=device == 'cuda').values()) / 2 ** 30
+    est = hardware.memory_estimate(m, B, T, bf16=device == 'cuda', device_type=device)
+    est = sum(est.values()) / 2 ** 30
     steps, rounds = (1, 1) if quick else (3, 1)
     _, fig, peak = speed({'ASEntmax': m}, args['vocab_size'], T, B, steps, rounds)['ASEntmax']
     return goal(within(peak, est) and peak < 80), \
