@@ -4,10 +4,11 @@ tensor by tensor (train.py prints it before training, so that a config that cann
 at once; tests/test_hardware.py checks it against the tensors a compiled CPU step saves for its
 backward), the memory of a long prefill and decoding through the KV cache (tools/gpu_check.py
 holds a GPU's peak to both), the GPU's peak FLOP/s for MFU, and train.py's processes under
-torchrun: the process group (NCCL on GPUs, gloo on CPUs) and FSDP2 (parallel='fsdp': the model
-sharded block by block; for a checkpoint its whole state and the optimizer's are gathered). Each
-FSDP process holds 1/world of the weights, gradients and AdamW state; SmolLM3-3B's CPT needs it
-(docs/smollm3-cpt.md). DDP needs nothing here: train.py wraps the model itself.
+torchrun: the process group (NCCL on GPUs, gloo on CPUs), each one's share of an evaluation, and
+FSDP2 (parallel='fsdp': the model sharded block by block; for a checkpoint its whole state and
+the optimizer's are gathered). Each FSDP process holds 1/world of the weights, gradients and AdamW
+state; SmolLM3-3B's CPT needs it (docs/smollm3-cpt.md). DDP needs nothing here: train.py wraps
+the model itself.
 """
 
 import ctypes
@@ -223,6 +224,14 @@ def start(device):
         device = f"cuda:{os.environ['LOCAL_RANK']}"
         torch.cuda.set_device(device)
     return dist.get_rank(), dist.get_world_size(), device
+
+
+def share(n, rank, world):
+    """The items 0..n-1 process rank of world takes, rank::world, padded to as many as the busiest
+    process takes -> [(item, real)]: under FSDP every process runs each forward at once (its
+    blocks gather their weights), so all run the same number; a pad repeats item 0, its result
+    discarded."""
+    return [(i if i < n else 0, i < n) for i in range(rank, -(-n // world) * world, world)]
 
 
 def shard(model, device_type, bf16):

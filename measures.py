@@ -194,14 +194,15 @@ def loss_curve(model, windows, chunk_size, device, autocast=nullcontext()):
 def val_loss(model, data, n, batch_size, block_size, seed, device, autocast=nullcontext(),
              rank=0, world=1, reduce=lambda t: t):
     """train.py's loss at the training length: the mean over the validation batches 0..n-1 (the VAL
-    stream of batch_rng: the same ones at every evaluation), this process taking batches
-    rank::world."""
+    stream of batch_rng: the same ones at every evaluation), this process taking its
+    hardware.share()."""
     tally = torch.zeros(2, device=device)  # loss sum, count
-    for i in range(rank, n, world):
+    for i, real in hardware.share(n, rank, world):
         x, y = data.batch(batch_size, block_size, batch_rng(seed, VAL, i))
         with autocast:
-            tally[0] += model(x.to(device), y.to(device))[1].float()
-        tally[1] += 1
+            loss = model(x.to(device), y.to(device))[1].float()
+        if real:
+            tally += torch.stack([loss, torch.ones_like(loss)])
     tally = reduce(tally)
     return {'val_loss': (tally[0] / tally[1]).item()}
 
@@ -210,14 +211,17 @@ def position_loss(model, data, lengths, n_windows, chunk_size, device, autocast=
                   rank=0, world=1, reduce=lambda t: t):
     """train.py's measure beyond the training length: the mean per-position loss in doubling bands
     of lengths, (L1/2, L1], (L1, L2], ..., over n_windows validation windows that start at document
-    starts, this process taking windows rank::world and reduce() summing over the processes.
+    starts, this process taking its hardware.share() and reduce() summing over the processes.
     -> {'position_loss': {band: mean}, 'windows': n}, or {} if no document is long enough."""
     windows = data.long_windows(max(lengths), n_windows)
     if windows is None:
         return {}
-    total, n = loss_curve(model, windows[rank::world], chunk_size, device, autocast)
-    # per position, then the count
-    total = reduce(torch.cat([total, torch.tensor([float(n)], device=device)]))
+    total = torch.zeros(windows.size(1), device=device)  # per position, then the count
+    for i, real in hardware.share(len(windows), rank, world):
+        curve, _ = loss_curve(model, windows[i:i + 1], chunk_size, device, autocast)
+        if real:
+            total += torch.cat([curve, curve.new_ones(1)])
+    total = reduce(total)
     edges = [min(lengths) // 2] + sorted(lengths)
     return {'position_loss': band_means(total[:-1] / total[-1], edges), 'windows': len(windows)}
 

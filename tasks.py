@@ -32,6 +32,8 @@ lengths are delays: only the distance is new, never the length.
 import numpy as np
 import torch
 
+import hardware
+
 PAD, BOS, SEP, EOS = 0, 1, 2, 3  # Needle uses SEP as its key; the symbols from 4 on are data
 FIRST_SYMBOL = 4
 LENGTHS = {'copy': 'source lengths', 'needle': 'sequence lengths', 'offset': 'source lengths',
@@ -223,15 +225,18 @@ def from_config(c):
 @torch.no_grad()
 def correct_answers(task, model, lengths, n, seed, device, batch_size=64, rank=0, world=1):
     """Greedy answers to the task's n held-out prompts per length (the same ones for every model
-    and call); this process scores samples rank::world. -> (len(lengths), 2): the answers exactly
-    right, and the sum over answers of the fraction of their tokens that are right."""
+    and call); this process scores samples rank::world, in as many batches as every other process
+    (hardware.share: FSDP runs each forward on all at once). -> (len(lengths), 2): the answers
+    exactly right, and the sum over answers of the fraction of their tokens that are right."""
+    # (items, 2): an item, and whether it counts
+    mine = torch.tensor(hardware.share(n, rank, world), dtype=torch.long).reshape(-1, 2)
     correct = torch.zeros(len(lengths), 2, device=device)
     for j, L in enumerate(lengths):
         prompts, answers = task.test_set(L, n, seed)
-        for p, a in zip(prompts[rank::world].split(batch_size),
-                        answers[rank::world].split(batch_size)):
+        for batch in mine.split(batch_size):
+            p, a, real = prompts[batch[:, 0]], answers[batch[:, 0]].to(device), batch[:, 1]
             out = model.generate(p.to(device), a.size(1))[:, p.size(1):]  # (b, answer length)
-            right = out == a.to(device)
-            correct[j, 0] += right.all(dim=1).sum()
-            correct[j, 1] += right.float().mean(dim=1).sum()
+            right = out == a
+            correct[j, 0] += (right.all(dim=1) * real.to(device)).sum()
+            correct[j, 1] += (right.float().mean(dim=1) * real.to(device)).sum()
     return correct

@@ -160,8 +160,6 @@ distributed = 'RANK' in os.environ
 rank, world, device = hardware.start(device)  # device 'auto': cuda, mps, else cpu
 master = rank == 0
 sharded = distributed and parallel == 'fsdp'
-# evaluation is split among DDP processes; FSDP's must all run every forward, so each does it all
-eval_rank, eval_world = (0, 1) if sharded else (rank, world)
 device_type = 'cuda' if device.startswith('cuda') else device
 if dtype == 'auto':
     dtype = 'bfloat16' if device_type == 'cuda' and torch.cuda.is_bf16_supported() else 'float32'
@@ -360,8 +358,8 @@ def evaluate():
     """Validation loss at the training length; at eval_lengths, the per-position loss (lm) or the
     accuracy of greedy answers (tasks): measures.py. Shared among processes."""
     raw_model.eval()
-    shared = dict(device=device, autocast=autocast, rank=eval_rank, world=eval_world,
-                  reduce=(lambda t: t) if sharded else all_sum)  # under FSDP each does it all
+    # each process its share, the same number of forwards (FSDP's all run each one at once)
+    shared = dict(device=device, autocast=autocast, rank=rank, world=world, reduce=all_sum)
     result = val_loss(raw_model, val_data, eval_iters, batch_size, block_size, seed, **shared)
     if eval_lengths:
         if sharded:  # the embedding and the head live outside the blocks: gathered for the cache

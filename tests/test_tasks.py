@@ -50,16 +50,18 @@ def test_scoring_of_greedy_copies():
     # one wrong symbol in 13 tokens (12 and eos)
     assert correct_answers(task, Copier(fail_from=12), [5, 12], 10, seed=1, device='cpu').tolist() == \
         [[10, 10], [0, pytest.approx(10 * 12 / 13)]]
-    # the held-out sources depend on (seed, length) only, and are split among processes
+    # the held-out sources depend on (seed, length) only, and are split among processes in as many
+    # batches each (FSDP's forwards run on all at once): 9 as 5 and 4 with a pad, a repeat of the first
     a, b = Copier(), Copier()
     correct_answers(task, a, [7], 9, seed=1, device='cpu', batch_size=4)
     correct_answers(task, b, [7], 9, seed=1, device='cpu', batch_size=4)
     assert all(torch.equal(p, q) for p, q in zip(a.prompts, b.prompts)) and sum(len(p) for p in a.prompts) == 9
     parts = [Copier(), Copier()]
     for r, m in enumerate(parts):
-        correct_answers(task, m, [7], 9, seed=1, device='cpu', rank=r, world=2)
-    split = torch.cat([p for m in parts for p in m.prompts])
-    assert sorted(map(tuple, split.tolist())) == sorted(map(tuple, torch.cat(a.prompts).tolist()))
+        correct_answers(task, m, [7], 9, seed=1, device='cpu', rank=r, world=2, batch_size=4)
+    assert [[len(p) for p in m.prompts] for m in parts] == [[4, 1], [4, 1]]
+    split, every = torch.cat([p for m in parts for p in m.prompts]), torch.cat(a.prompts)
+    assert sorted(map(tuple, split.tolist())) == sorted(map(tuple, [*every.tolist(), every[0].tolist()]))
 
 
 def test_needle_batches_hide_one_key_and_ask_for_its_value():

@@ -280,27 +280,47 @@ def torchrun(*args, nproc=2):
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, 'OMP_NUM_THREADS': '1'})
 
 
+# 3 validation batches and 3 long windows: 2 processes take 2 and 1 (and a pad: FSDP's run alike)
+ODD_EVAL = ['--eval_iters=3', '--eval_windows=3']
+
+
 @pytest.fixture(scope='module')
 def one_process(tiny_data, tmp_path_factory):
-    """The reference for the distributed runs: one process, 2 micro-steps of 4 sequences, VPAD."""
+    """The reference for the distributed runs: one process, 2 micro-steps of 4 sequences, VPAD ->
+    its losses, and its evaluations."""
     out = str(tmp_path_factory.mktemp('one'))
-    r = run_train(*TINY, f'--data_dir={tiny_data}', f'--out_dir={out}', '--dropout_type=vpad', '--dropout=0.1')
+    r = run_train(*TINY, *ODD_EVAL, f'--data_dir={tiny_data}', f'--out_dir={out}', '--dropout_type=vpad',
+                  '--dropout=0.1')
     assert r.returncode == 0, r.stderr
-    return [x['loss'] for x in read_log(out)]
+    return [x['loss'] for x in read_log(out)], read_log(out, 'eval')
+
+
+def same_evaluations(run, reference):
+    """Evaluations equal to float32 summation order (val_loss, per-position loss, accuracy)."""
+    assert len(run) == len(reference)
+    for a, b in zip(run, reference):
+        assert a.keys() == b.keys() and a['iter'] == b['iter']
+        for k in a.keys() - {'event', 'iter'}:
+            assert a[k] == (pytest.approx(b[k], rel=1e-5) if isinstance(b[k], float) else
+                            {band: pytest.approx(v, rel=1e-5) for band, v in b[k].items()}
+                            if isinstance(b[k], dict) else b[k]), k
 
 
 @pytest.mark.parametrize('parallel', ['ddp', 'fsdp'])
 def test_two_processes_match_one(one_process, tiny_data, tmp_path, parallel):
     """torchrun with 2 processes on CPU (gloo), each 1 micro-step of the same global batch: the
     same data, the same dropout masks, the same losses as one process; under FSDP also with
-    activation checkpointing (the recomputation replays the masks)."""
+    activation checkpointing (the recomputation replays the masks). The evaluations, shared
+    among the processes (under FSDP too, a pad where the shares are uneven), equal one
+    process's."""
     extra = ['--activation_checkpointing=True'] if parallel == 'fsdp' else []
-    r = torchrun(*TINY, f'--data_dir={tiny_data}', f'--out_dir={tmp_path}', '--dropout_type=vpad', '--dropout=0.1',
-                 f'--parallel={parallel}', *extra)
+    r = torchrun(*TINY, *ODD_EVAL, f'--data_dir={tiny_data}', f'--out_dir={tmp_path}', '--dropout_type=vpad',
+                 '--dropout=0.1', f'--parallel={parallel}', *extra)
     assert r.returncode == 0, r.stderr[-3000:]
     assert '2 processes x 1 micro-steps' in r.stdout and 'memory per process (estimate)' in r.stdout
     assert ('FSDP over 2' in r.stdout) == (parallel == 'fsdp')
-    assert [x['loss'] for x in read_log(str(tmp_path))] == pytest.approx(one_process, rel=1e-4)
+    assert [x['loss'] for x in read_log(str(tmp_path))] == pytest.approx(one_process[0], rel=1e-4)
+    same_evaluations(read_log(str(tmp_path), 'eval'), one_process[1])
     assert checkpoint.steps(str(tmp_path)) == [4, 8]
     optim = checkpoint.load(checkpoint.step_path(str(tmp_path), 8, 'optim'))  # a whole state, FSDP's too
     assert checkpoint.steps(str(tmp_path), 'optim') == [4, 8] and optim['sharded'] == (parallel == 'fsdp')
@@ -308,6 +328,24 @@ def test_two_processes_match_one(one_process, tiny_data, tmp_path, parallel):
     assert not any('_fsdp' in k or 'checkpoint' in k for k in ckpt['model'])
     tied = [ckpt['model'][k].untyped_storage().data_ptr() for k in ('wte.weight', 'lm_head.weight')]
     assert tied[0] == tied[1]  # stored once (FSDP's gathered state dict had two copies)
+
+
+def test_fsdp_task_evaluation_matches_one_process(tmp_path):
+    """A task's accuracy under FSDP with 2 processes (gloo) equals one process's: 129 held-out
+    samples per length, in batches of 64, make shares of 65 and 64 samples, 2 batches and 1 (the
+    second process runs a batch of one pad, not counted: else FSDP's collectives would not
+    pair)."""
+    args = ['--device=cpu', '--task=needle', '--task_vocab=16', '--task_min_len=12', '--task_max_len=16',
+            '--n_layer=2', '--n_head=2', '--n_embd=16', '--batch_size=4', '--tokens_per_batch=128',
+            '--max_tokens=2560', '--eval_interval=10', '--eval_iters=1', '--task_eval_samples=129',
+            '--eval_lengths=[16, 32]', '--ckpt_interval=100']
+    r = run_train(*args, f'--out_dir={tmp_path}/one')
+    assert r.returncode == 0, r.stderr
+    r = torchrun(*args, '--parallel=fsdp', f'--out_dir={tmp_path}/fsdp')
+    assert r.returncode == 0, r.stderr[-3000:]
+    reference = read_log(f'{tmp_path}/one', 'eval')
+    assert sum(sum(e['token_accuracy'].values()) for e in reference) > 0
+    same_evaluations(read_log(f'{tmp_path}/fsdp', 'eval'), reference)
 
 
 def test_compiled_ddp_splits_at_its_buckets(tiny_data, tmp_path):
@@ -436,7 +474,7 @@ def test_fsdp_resume_reads_no_pickle(one_process, tiny_data, tmp_path):
     assert not marker.exists()
     second = torchrun(*args, f'--out_dir={out}', '--init_from=resume')
     assert second.returncode == 0, second.stderr[-3000:]
-    assert [x['loss'] for x in read_log(str(out))] == pytest.approx(one_process, rel=1e-4)
+    assert [x['loss'] for x in read_log(str(out))] == pytest.approx(one_process[0], rel=1e-4)
     import average_ckpts
     reference = average_ckpts.average([checkpoint.step_path(str(out), s) for s in (4, 8)])
     averaged = checkpoint.load(str(out / 'avg2_000004-000008.pt'))['model']
@@ -497,7 +535,7 @@ def test_each_model_keeps_its_own_defaults(tiny_data, tmp_path):
 def test_copy_task(tmp_path):
     r = run_train(*TINY, *MAMBA, '--task=copy', '--task_vocab=12', '--task_min_len=3', '--task_max_len=6',
                   '--batch_size=8', '--tokens_per_batch=112', '--max_tokens=448', '--eval_lengths=[6, 12]',
-                  '--task_eval_samples=5', f'--out_dir={tmp_path}')
+                  '--task_eval_samples=129', f'--out_dir={tmp_path}')
     assert r.returncode == 0, r.stderr
     assert 'sequences padded to 14' in r.stdout  # block_size follows task_max_len
     evals = read_log(str(tmp_path), 'eval')
