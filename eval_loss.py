@@ -26,7 +26,8 @@ from measures import (autocast, check_length, eval_outputs, length_bands, load_f
 from tokens import TokenData, same_tokenizer
 
 # -------------------------------------------------------------------------
-ckpt: str | list = ''  # one checkpoint (or weights folder), or a list of them
+ckpt: str | list = ''  # one checkpoint (or weights folder), or a list of them: a row each
+labels: list = []  # the rows' and the figure's names; default: each checkpoint's path
 data_dir = ''  # default: the data_dir of the first checkpoint's training config
 split = 'val'
 max_length = 0  # default: 16x the training length of the first checkpoint
@@ -48,6 +49,9 @@ globals().update(configure(globals(), sys.argv[1:], limits=LIMITS))
 ckpts = [ckpt] if isinstance(ckpt, str) else ckpt
 if not ckpts or not ckpts[0]:
     raise SystemExit("give a checkpoint: --ckpt=out/quickstart/ckpt_000488.pt, or a list of them")
+if labels and len(labels) != len(ckpts):
+    raise SystemExit(f"{len(ckpts)} checkpoints but {len(labels)} labels: give one per checkpoint")
+names = dict(zip(ckpts, labels or [os.path.relpath(p) for p in ckpts]))
 precision = autocast(device, dtype)
 out = out or ckpts[0].removesuffix('.pt').rstrip('/') + '_loss'
 eval_outputs(out, 'eval_loss.py', results=False, overwrite=overwrite)
@@ -78,7 +82,7 @@ for path in ckpts:
     check_length(model, max_length, path)
     total, n = loss_curve(model, windows, chunk_size, device, precision)
     curve = (total / n).cpu()
-    results[path] = {'step': info['step'], 'train_length': trained_on,
+    results[path] = {'label': names[path], 'step': info['step'], 'train_length': trained_on,
                      'bands': length_bands(curve, trained_on),
                      'curve': curve.tolist(), 'smoothed': moving_average(curve, smooth).tolist()}
     print(f"{path}: {n} windows of {max_length + 1} tokens")
@@ -92,7 +96,7 @@ for path, r in results.items():
         header = (r['train_length'], list(r['bands']))
         title = f"checkpoint (trained on {r['train_length']})"
         print(f"{title:<44}" + ''.join(f"{k:>10}" for k in r['bands']))
-    print(f"{os.path.relpath(path):<44}" + ''.join(f"{v:>10.4f}" for v in r['bands'].values()))
+    print(f"{names[path]:<44}" + ''.join(f"{v:>10.4f}" for v in r['bands'].values()))
 with open(out + '.json', 'w') as f:
     json.dump({'data_dir': data_dir, 'split': split, 'documents': len(windows),
                'max_length': max_length, 'smooth': smooth, 'checkpoints': results}, f)
@@ -101,7 +105,7 @@ matplotlib.use('Agg')
 import matplotlib.pyplot as plt
 fig, ax = plt.subplots(figsize=(8, 4.5))
 for path, r in results.items():
-    ax.plot(range(1, max_length + 1), r['smoothed'], label=os.path.relpath(path), linewidth=1.2)
+    ax.plot(range(1, max_length + 1), r['smoothed'], label=r['label'], linewidth=1.2)
 for L in sorted({r['train_length'] for r in results.values()}):
     ax.axvline(L, linestyle=':', color='k', linewidth=1)
 ax.set_xlabel('position')

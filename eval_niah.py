@@ -84,37 +84,29 @@ if __name__ == '__main__':
     several = isinstance(ckpt, list)
     name = 'RULER niah_single_1' if task == 'niah_single_1' else f"{task}, RULER's form shortened"
     title = f"NIAH-1 ({name}, {samples} samples per length, string_match_all x 100)"
-    rows, first = [], None
-    for i, (path, view, o) in enumerate(zip(paths, views, outs)):
-        model, tokenizer, info, autocast = measures.eval_setup(path, device, dtype, 'NIAH',
-                                                               window if view else None,
-                                                               max(lengths), overrides)
-        settings = measures.eval_settings(info, 'eval_niah.py', window=window if view else None,
-                                          overrides=overrides, seed=seed, dtype=dtype,
-                                          chunk_size=chunk_size,
-                                          **({} if task == 'niah_single_1' else {'task': task}))
-        results = ruler.Results(o + '.jsonl', settings, overwrite)  # read back under these only
+    rows = []
+    for row, o, model, tokenizer, autocast, results in measures.each_row(
+            paths, views, outs, labels, window, overrides, 'eval_niah.py', 'NIAH', max(lengths),
+            overwrite, device, dtype, seed=seed, chunk_size=chunk_size,
+            **({} if task == 'niah_single_1' else {'task': task})):
         try:
             summary = ruler.evaluate_niah(model, tokenizer, results, lengths, samples, depths,
                                           depth_samples, seed, device, chunk_size, autocast, task)
         except ValueError as e:  # a length too short for the task
             raise SystemExit(f"{e}: leave that length out of --lengths")
-        label = labels[i] if labels else measures.row_label(path, info, view)
-        first = first or info.get('config') or {}
-        rows.append({'label': label, 'ckpt': path, 'window': window if view else None,
-                     'step': info['step'], 'score': summary['niah_1']})
+        rows.append({**row, 'score': summary['niah_1']})
         if not several:
             print(f"\n{title}")
             print(f"{'model':<24}" + ''.join(f"{ruler.length_label(L):>8}" for L in lengths))
-            print(f"{os.path.basename(path.rstrip('/')):<24}"
+            print(f"{os.path.basename(row['ckpt'].rstrip('/')):<24}"
                   + ''.join(f"{summary['niah_1'][L]:>8.1f}" for L in lengths))
         with open(o + '.json', 'w') as f:
-            json.dump({'ckpt': path, 'step': info['step'], 'task': task, 'samples': samples,
+            json.dump({'ckpt': row['ckpt'], 'step': row['step'], 'task': task, 'samples': samples,
                        'seed': seed, 'depth_samples': depth_samples, **summary}, f, indent=2)
         if depths:
             heatmap(o + '.png', summary['depth_x_length'], lengths, depths,
-                    f"NIAH: {label}, {depth_samples} samples per cell")
+                    f"NIAH: {row['label']}, {depth_samples} samples per cell")
         print(f"wrote {o}.json, {o}.jsonl" + (f", {o}.png" if depths else ""))
         del model
     if several:
-        measures.write_table(table, rows, lengths, train_length or first.get('block_size'), title)
+        measures.write_table(table, rows, lengths, train_length or rows[0]['block_size'], title)

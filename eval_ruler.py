@@ -69,25 +69,20 @@ if __name__ == '__main__':
     data = ruler.Data(essay, squad, hotpotqa)
     title = (f"RULER, the average over its tasks ({samples} samples per task and length; "
              f"string_match_all, QA string_match_part; x100)")
-    rows, first = [], None
-    for i, (path, view, o) in enumerate(zip(paths, views, outs)):
-        model, tokenizer, info, autocast = measures.eval_setup(path, device, dtype, 'RULER',
-                                                               window if view else None,
-                                                               max(lengths), overrides)
-        settings = measures.eval_settings(info, 'eval_ruler.py', window=window if view else None,
-                                          overrides=overrides, seed=seed, dtype=dtype,
-                                          chunk_size=chunk_size, essay=essay, squad=squad,
-                                          hotpotqa=hotpotqa)
-        results = ruler.Results(o + '.jsonl', settings, overwrite)  # read back under these only
+    rows = []
+    for row, o, model, tokenizer, autocast, results in measures.each_row(
+            paths, views, outs, labels, window, overrides, 'eval_ruler.py', 'RULER', max(lengths),
+            overwrite, device, dtype, seed=seed, chunk_size=chunk_size, essay=essay, squad=squad,
+            hotpotqa=hotpotqa):
         r = ruler.evaluate(model, tokenizer, results, names, lengths, samples, seed, data, device,
                            chunk_size, autocast)
         print(f"\nRULER ({samples} samples per task and length; string_match_all, QA "
               f"string_match_part; x100)")
         header = ''.join(f"{ruler.length_label(L):>8}" for L in lengths)
         print(f"{'task':<18}{header}   empty predictions")
-        for t, row in r['scores'].items():
+        for t, by_length in r['scores'].items():
             cells = ''.join(f"{v:>8.1f}" if not math.isnan(v) else f"{'-':>8}"
-                            for v in row.values())
+                            for v in by_length.values())
             print(f"{t:<18}{cells}   " + ' '.join(str(n) for n in r['nulls'][t].values()))
         print(f"{'average':<18}" + ''.join(f"{v:>8.2f}" for v in r['average'].values()))
         print(f"{'tasks averaged':<18}" + ''.join(f"{v:>8}" for v in r['tasks_averaged'].values()))
@@ -96,16 +91,13 @@ if __name__ == '__main__':
         if r['stand_in_haystack']:
             print(f"on a stand-in haystack: {', '.join(r['stand_in_haystack'])}: {data.stand_in}")
         print(f"\n{'RULER':<24}{header}")
-        print(f"{os.path.basename(path.rstrip('/')):<24}"
+        print(f"{os.path.basename(row['ckpt'].rstrip('/')):<24}"
               + ''.join(f"{v:>8.2f}" for v in r['average'].values()))
         with open(o + '.json', 'w') as f:
-            json.dump({'ckpt': path, 'step': info['step'], 'tasks': names, 'samples': samples,
+            json.dump({'ckpt': row['ckpt'], 'step': row['step'], 'tasks': names, 'samples': samples,
                        'seed': seed, **r}, f, indent=2)
         print(f"wrote {o}.json and {o}.jsonl")
-        rows.append({'label': labels[i] if labels else measures.row_label(path, info, view),
-                     'ckpt': path, 'window': window if view else None, 'step': info['step'],
-                     'score': r['average']})
-        first = first or info.get('config') or {}
+        rows.append({**row, 'score': r['average']})
         del model
     if isinstance(ckpt, list):
-        measures.write_table(table, rows, lengths, train_length or first.get('block_size'), title)
+        measures.write_table(table, rows, lengths, train_length or rows[0]['block_size'], title)

@@ -122,6 +122,26 @@ def eval_rows(ckpt, labels, sw, window, out, table, suffix, tool):
     return paths or [''], views or [False], outs or [''], table
 
 
+def each_row(paths, views, outs, labels, window, overrides, tool, purpose, length, overwrite,
+             device, dtype, **settings):
+    """An eval script's rows (eval_rows), one at a time: the checkpoint loaded with its window
+    (eval_setup: purpose, length), its results file read back under its settings only
+    (ruler.Results: the script's settings, the window, overrides and dtype) -> yields (row, out,
+    model, tokenizer, autocast, results); row: 'label', 'ckpt', 'window', 'step' and
+    'block_size', for the script to give its 'score' (write_table)."""
+    import ruler
+    for i, (path, view, out) in enumerate(zip(paths, views, outs)):
+        w = window if view else None
+        model, tokenizer, info, context = eval_setup(path, device, dtype, purpose, w, length,
+                                                     overrides)
+        kept = eval_settings(info, tool, window=w, overrides=overrides, dtype=dtype, **settings)
+        row = {'label': labels[i] if labels else row_label(path, info, view), 'ckpt': path,
+               'window': w, 'step': info['step'],
+               'block_size': info.get('config', {}).get('block_size')}
+        yield row, out, model, tokenizer, context, ruler.Results(out + '.jsonl', kept, overwrite)
+        del model  # (and the script's reference): the next row loads with this one freed
+
+
 def row_label(path, info, windowed):
     """A table row's default name: the run's folder (a weights folder's own name), K=n for the
     average of n checkpoints, SW for a view with --window."""

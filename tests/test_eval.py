@@ -152,6 +152,17 @@ def test_eval_loss_equals_a_full_sequence_computation(tiny_data, tmp_path):
     assert list(got['bands']) == ['<=1x', '1-2x', '2-4x'] and got['bands']['<=1x'] == pytest.approx(direct.mean(0)[:32].mean().item(), abs=1e-5)
     assert got['smoothed'][10] == pytest.approx(direct.mean(0)[3:11].mean().item(), abs=1e-5)  # trailing window of 8
     assert os.path.exists(tmp_path / 'ckpt_000007_loss.png') and '<=1x' in r.stdout
+    # rows with labels: a label per checkpoint, in the table and the JSON; else refused at once
+    other = save_tiny(tmp_path / 'other.pt', tiny_data, dropout=0.1)
+    r = run('eval_loss.py', f"--ckpt=['{ckpt}', '{other}']", "--labels=['a', 'b']",
+            '--max_length=128', f'--out={tmp_path}/two', '--smooth=8')
+    rows = json.load(open(tmp_path / 'two.json'))['checkpoints']
+    assert r.returncode == 0 and '\nb ' in r.stdout, r.stderr
+    assert [rows[p]['label'] for p in (ckpt, other)] == ['a', 'b']
+    assert rows[ckpt]['curve'] == pytest.approx(got['curve'], abs=1e-5)
+    r = run('eval_loss.py', f"--ckpt=['{ckpt}', '{ckpt}']", "--labels=['a']", f'--out={tmp_path}/3')
+    assert r.returncode != 0 and 'give one per checkpoint' in r.stderr
+    assert not os.path.exists(f'{tmp_path}/3.json')
 
 
 def test_eval_loss_with_yarn_at_evaluation(tiny_data, tmp_path):
@@ -221,11 +232,13 @@ def test_niah_table_has_a_row_per_checkpoint_and_reads_scored_rows_back(tiny_dat
     args = ['--task=niah_single_1_short', '--lengths=[256, 512]', '--samples=2', '--depths=[]']
     assert run_script('eval_niah.py', f'--ckpt={orig}', *args) == (0, '')
     scored = (tmp_path / 'orig' / 'ckpt_000007_niah.jsonl').read_text()
+    written = os.stat(tmp_path / 'orig' / 'ckpt_000007_niah.jsonl').st_mtime_ns
     capsys.readouterr()
     assert run_script('eval_niah.py', f"--ckpt=['{orig}', '{orig}', '{cpt}']", '--sw=[1]', '--window=8',
                       '--train_length=256', *args) == (0, '')
     printed = capsys.readouterr().out
     assert (tmp_path / 'orig' / 'ckpt_000007_niah.jsonl').read_text() == scored  # read back, not run
+    assert os.stat(tmp_path / 'orig' / 'ckpt_000007_niah.jsonl').st_mtime_ns == written
     table = json.load(open(tmp_path / 'orig' / 'ckpt_000007_niah_table.json'))
     assert [r['label'] for r in table['rows']] == ['orig', 'orig SW', 'cpt K=2']
     assert [r['window'] for r in table['rows']] == [None, 8, None] and table['train_length'] == 256

@@ -218,3 +218,18 @@ def test_eval_helmet_script(tmp_path):
     assert summary['step'] == 7 and '1024' in summary['recall']
     rows = [json.loads(line) for line in open(tmp_path / 'ckpt_000007_helmet.jsonl')][1:]
     assert sorted(row['id'] for row in rows) == sorted(f"{t}/1024/0" for t in helmet.TASKS)
+    # a table: the row scored above read back (its samples not run again), and a windowed view
+    scored = (tmp_path / 'ckpt_000007_helmet.jsonl').read_text()
+    written = os.stat(tmp_path / 'ckpt_000007_helmet.jsonl').st_mtime_ns
+    r = subprocess.run([sys.executable, '-m', 'tools.eval_helmet', f"--ckpt=['{ckpt}', '{ckpt}']",
+                        '--sw=[1]', '--window=8', "--labels=['full', 'SW']", '--lengths=[1024]',
+                        '--samples=1'],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / 'ckpt_000007_helmet.jsonl').read_text() == scored
+    assert os.stat(tmp_path / 'ckpt_000007_helmet.jsonl').st_mtime_ns == written  # not rewritten
+    table = json.load(open(tmp_path / 'ckpt_000007_helmet_table.json'))
+    assert [(row['label'], row['window']) for row in table['rows']] == [('full', None), ('SW', 8)]
+    for row, out in zip(table['rows'], ('ckpt_000007_helmet', 'ckpt_000007_sw_helmet')):
+        assert row['score'] == json.load(open(tmp_path / f'{out}.json'))['recall']
+    assert '| row | 1K |' in (tmp_path / 'ckpt_000007_helmet_table.md').read_text()

@@ -293,7 +293,8 @@ def test_report_rebuilds_the_paired_claims_from_saved_results(tmp_path):
 def test_study_tables_1_and_5_with_retrieval_learned_in_phase_1(tmp_path):
     """cpt_niah and cpt_niah_mamba: phase 1 on language mixed with NIAH-1 documents, CPT from its
     final checkpoint on language alone (the mixture never reaches CPT), NIAH-1 scored by length,
-    and the outcome of the reading rules in the summary."""
+    and the outcome of the reading rules in the summary; Table 1 (and 5) in the layout
+    eval_niah.py prints."""
     data = byte_dataset(tmp_path / 'long' / 'byte', 4, 2, 1000)  # 16x of 256: 4097-byte windows
     out = str(tmp_path / 'study')
     r = subprocess.run([sys.executable, '-m', 'tools.study', f'--out={out}', '--tiny=True', '--seeds=[1]',
@@ -319,3 +320,10 @@ def test_study_tables_1_and_5_with_retrieval_learned_in_phase_1(tmp_path):
     assert '**Table 1 in small (cpt_niah)**, by the reading rules' in summary
     assert '**Table 5 in small (cpt_niah_mamba)**, by the reading rules' in summary
     assert 'NIAH-1 accuracy by length' in summary and os.path.getsize(os.path.join(out, 'niah.png')) > 10_000
+    # Table 1 in eval_niah.py's layout: a row per variant, % by length, the training length marked
+    table = json.load(open(os.path.join(out, 'table_cpt_niah.json')))
+    assert [r['label'] for r in table['rows']] == ['Orig.', 'SW, no CPT', 'WD', 'PL-D']
+    assert table['train_length'] == 256
+    pl_d = {L: 100 * x['mean'] for L, x in final['niah'].items()}
+    assert table['rows'][3]['score'] == pytest.approx(pl_d)
+    assert '| row | 256* | 512 |' in open(os.path.join(out, 'table_cpt_niah.md')).read()

@@ -69,7 +69,8 @@ import average_ckpts
 import checkpoint
 import tasks
 from configurator import configure
-from measures import attention_entropy, band_means, loss_curve, moving_average, variance_mismatch
+from measures import (attention_entropy, band_means, loss_curve, moving_average, variance_mismatch,
+                      write_table)
 import ruler
 from tokens import TokenData, Tokenizer, batch_rng
 from tools.verdict import paired
@@ -717,6 +718,22 @@ for p in parts:
 with open(os.path.join(out, 'summary.md'), 'w') as f:
     f.write('\n'.join(lines) + '\n')
 print('\n'.join(lines))
+# Table 1 (cpt_niah) and Table 5 (cpt_niah_mamba) as eval_niah.py prints a paper table: a row per
+# variant (and per average of its last K CPT checkpoints), NIAH-1 in % by length, seeds' means
+for p in (p for p in parts if p in NIAH_PARTS):
+    vs = [v for v in PARTS[p][2] if v in P[p]]
+    T = int(P[p][vs[0]]['train_length']['mean'])
+    rows = []
+    for v in vs:
+        for k in ('', 'avg_10', 'avg_20', 'avg_30'):
+            r = P[p][v].get(k, {}) if k else final(P[p][v])
+            if 'niah' in r:
+                rows.append({'label': NAMES[v] + (f' K={k[4:]}' if k else ''),
+                             'ckpt': f'{p}/{v}' + (f'/{k}' if k else ''),
+                             'score': {int(L): 100 * x['mean'] for L, x in r['niah'].items()}})
+    write_table(os.path.join(out, f'table_{p}'), rows, list(rows[0]['score']), T,
+                f"{RULES[p][3]} in small ({p}): NIAH-1 accuracy (%) by length in bytes, the mean "
+                f"of {len(seeds)} seeds; K=n: the average of the last n CPT checkpoints")
 
 # -----------------------------------------------------------------------------
 # 4. figures
