@@ -318,6 +318,7 @@ def test_two_processes_match_one(one_process, tiny_data, tmp_path, parallel):
                  '--dropout=0.1', f'--parallel={parallel}', *extra)
     assert r.returncode == 0, r.stderr[-3000:]
     assert '2 processes x 1 micro-steps' in r.stdout and 'memory per process (estimate)' in r.stdout
+    assert 'plan: ' in r.stdout and '2 written' in r.stdout  # before training: FLOPs, hours, disk
     assert ('FSDP over 2' in r.stdout) == (parallel == 'fsdp')
     assert [x['loss'] for x in read_log(str(tmp_path))] == pytest.approx(one_process[0], rel=1e-4)
     same_evaluations(read_log(str(tmp_path), 'eval'), one_process[1])
