@@ -744,6 +744,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 COLORS = {v: plt.cm.tab20.colors[(2 * i) % 20 + (2 * i) // 20] if i < 20 else
           plt.cm.tab20b.colors[(4 * i) % 20 + i // 25] for i, v in enumerate([*VARIANTS, *VIEWS])}  # 20, then tab20b's
 COLORS.update(orig='black', sw='gray')
+def save(fig, name):
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, name), dpi=100)
+    plt.close(fig)
+
+
 def mean_std(xs):
     """A curve ({'mean': [...], 'std': [...]}) or a list of stats -> two tensors."""
     if isinstance(xs, dict):
@@ -802,9 +808,7 @@ for p in lm_parts:  # Figure 1, left: per-position CE at several steps; right: C
     axes[-1].legend(fontsize=6)
     for ax in axes[len(vs):-2]:
         ax.axis('off')
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, f'fig1_{p}.png'), dpi=100)
-    plt.close(fig)
+    save(fig, f'fig1_{p}.png')
 
 if lm_parts:  # the matched-fit control: in-distribution CE against CE beyond it, every checkpoint
     fig, axes = plt.subplots(len(lm_parts), 2, figsize=(10, 4 * len(lm_parts)), squeeze=False)
@@ -820,9 +824,7 @@ if lm_parts:  # the matched-fit control: in-distribution CE against CE beyond it
             ax.set_ylabel(f'CE at {band}')
             ax.set_title(f'{p}: every checkpoint (seed means; star: final)', fontsize=9)
         row[0].legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, 'frontier.png'), dpi=100)
-    plt.close(fig)
+    save(fig, 'frontier.png')
 
 attending = [p for p in lm_parts if 'entropy_curve' in final(P[p][PARTS[p][2][0]])]  # transformers
 if attending:  # the mechanism: attention entropy by query position (final), and beyond 1x across training
@@ -853,9 +855,7 @@ if attending:  # the mechanism: attention entropy by query position (final), and
         ax.set_xlabel('training step')
         ax.set_ylabel('entropy 8-16x minus 64-128 (nats)')
         ax.set_title(f'{p}: across training, mean of layers', fontsize=9)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, 'entropy.png'), dpi=100)
-    plt.close(fig)
+    save(fig, 'entropy.png')
 
 probed = [p for p in lm_parts if 'probe' in P[p].get('pl_d', {})]
 if probed:
@@ -872,9 +872,7 @@ if probed:
         ax.set_ylabel('mean |Var[y train] - Var[y eval]| / Var[y eval]')
         ax.set_title(f'{p}: pre-activation variance mismatch', fontsize=9)
         ax.legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, 'probe.png'), dpi=100)
-    plt.close(fig)
+    save(fig, 'probe.png')
 
 method_parts = [p for p in parts if any(m in P[p] for m in METHODS)]
 if method_parts:  # each method alone and with PL-D (docs/methods.md), at the final checkpoint; dots: the seeds
@@ -897,9 +895,7 @@ if method_parts:  # each method alone and with PL-D (docs/methods.md), at the fi
             ax.set_ylim(*(ax.get_ylim() if PARTS[p][0] == 'lm' else (0, 1.02)))
             ax.set_title(f'{p}: each method alone and with PL-D', fontsize=9)
         row[0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, 'methods.png'), dpi=100)
-    plt.close(fig)
+    save(fig, 'methods.png')
 
 if task_parts:  # the tasks: accuracy by length at the end, and beyond 1x across training; exact, and per token
     fig, axes = plt.subplots(len(task_parts), 4, figsize=(18, 3.6 * len(task_parts)), squeeze=False)
@@ -925,9 +921,7 @@ if task_parts:  # the tasks: accuracy by length at the end, and beyond 1x across
             ax.set_ylim(-0.05, 1.05)
             ax.set_title(p, fontsize=9)
         row[0].legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, 'tasks.png'), dpi=100)
-    plt.close(fig)
+    save(fig, 'tasks.png')
 niah_parts = [p for p in parts if p in NIAH_PARTS]
 if niah_parts:  # NIAH-1 by length at the end, and the reading rules' measure along CPT
     fig, axes = plt.subplots(len(niah_parts), 2, figsize=(10, 3.6 * len(niah_parts)), squeeze=False)
@@ -952,7 +946,5 @@ if niah_parts:  # NIAH-1 by length at the end, and the reading rules' measure al
             ax.set_ylim(-0.05, 1.05)
             ax.set_title(p, fontsize=9)
         row[0].legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, 'niah.png'), dpi=100)
-    plt.close(fig)
+    save(fig, 'niah.png')
 print(f"wrote {out}/summary.md and the figures")
