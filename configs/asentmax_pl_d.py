@@ -1,5 +1,6 @@
 # Table 11 "ASEntmax PL-D": configs/pl_d.py with ASEntmax attention: entmax-1.5 with the
-# adaptive, length-dependent query scale on the NoPE heads (deep-spin/asentmax's adapt-softplus-tanh).
+# adaptive, length-dependent query scale on the NoPE heads
+# (deep-spin/asentmax's adapt-softplus-tanh).
 from configs.pl_d import *  # noqa: F401,F403
 
 out_dir = 'out/scratch_asentmax_pl_d'

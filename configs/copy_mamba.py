@@ -1,7 +1,8 @@
 # CPU scale: a small Mamba2 learns to copy sources of 5-10 symbols in about two minutes, and
 # the table shows its exact-match accuracy falling off beyond the training lengths (up to 16x).
 #   python train.py configs/copy_mamba.py
-# The same task for the NAPE transformer: --model_type=transformer --n_head=4 --out_dir=out/copy_transformer
+# The same task for the NAPE transformer:
+#   --model_type=transformer --n_head=4 --out_dir=out/copy_transformer
 model_type = 'mamba2'
 task = 'copy'
 out_dir = 'out/copy_mamba'

@@ -13,4 +13,5 @@ needle_value_len = 4  # the source's length (of 12 symbols: 6 for the filler, 6 
 
 tokens_per_batch = 32 * 138  # every sequence: 128 + 2 * 4 + 3 tokens, 138 inputs
 max_tokens = 1000 * 32 * 138  # 1000 steps
-eval_lengths = [8, 16, 32, 64, 128]  # delays up to 16x the longest trained; the longest sets the length
+# delays up to 16x the longest trained; the longest sets the length
+eval_lengths = [8, 16, 32, 64, 128]

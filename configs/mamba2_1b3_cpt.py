@@ -3,8 +3,10 @@
 # follow its SmolLM3 CPT recipe (Table 6): 1B tokens in batches of 1M, LR 2e-5, SWU (10% warm-up,
 # then constant), on DCLM-Edu tokenized with the model's own tokenizer (GPT-NeoX), at the model's
 # training length. The rows: configs/mamba2_1b3_{wd,no_wd,pn_d}.py.
-# Put the released files (config.json, pytorch_model.bin) and GPT-NeoX's tokenizer.json in one folder:
-#   python data/dclm_edu/prepare.py --tokenizer=hf --tokenizer_path=weights/mamba2-1.3b --out_dir=data/dclm_edu/neox --max_tokens=1e9
+# Put the released files (config.json, pytorch_model.bin) and GPT-NeoX's tokenizer.json in one
+# folder:
+#   python data/dclm_edu/prepare.py --tokenizer=hf --tokenizer_path=weights/mamba2-1.3b \
+#       --out_dir=data/dclm_edu/neox --max_tokens=1e9
 #   torchrun --standalone --nproc_per_node=8 train.py configs/mamba2_1b3_pn_d.py
 init_from = 'weights/mamba2-1.3b'
 data_dir = 'data/dclm_edu/neox'

@@ -1,6 +1,7 @@
 # CPU scale: NIAH-1 in symbols (tasks.Needle): a small NAPE transformer learns to find a 4-symbol
 # value after a key hidden at a random depth in a haystack of 32-64 symbols, and is scored by
-# exact match up to 16x that length. About 3 minutes on 2 CPU cores:  python train.py configs/needle.py
+# exact match up to 16x that length. About 3 minutes on 2 CPU cores:
+#   python train.py configs/needle.py
 # It learns the lookup suddenly, after 500 to over 800 steps depending on the seed (4 layers take
 # longer than 2); with 800 steps a third of the study's runs had not learned it.
 task = 'needle'

@@ -4,7 +4,8 @@
 # their regularizer: configs/{wd,no_wd,pn_d,pl_d,vpad}.py. Not stated in the paper, guessed:
 # GELU MLP and RMSNorm, tied embeddings, GPT-2 tokenizer, AdamW betas (0.9, 0.95), WD 0.1.
 # For 8 GPUs:  torchrun --standalone --nproc_per_node=8 train.py configs/vpad.py
-data_dir = 'data/dclm_edu/gpt2'  # python data/dclm_edu/prepare.py --tokenizer=gpt2 --max_tokens=40e9
+# python data/dclm_edu/prepare.py --tokenizer=gpt2 --max_tokens=40e9
+data_dir = 'data/dclm_edu/gpt2'
 
 n_layer = 24
 n_head = 12

@@ -1,4 +1,5 @@
-# SmolLM3-3B CPT with sliding windows: attention dropout on the attention probabilities (Tables 9, 10); p not given, 0.1 guessed.
+# SmolLM3-3B CPT with sliding windows: attention dropout on the attention probabilities
+# (Tables 9, 10); p not given, 0.1 guessed.
 from configs.smollm3_cpt import *  # noqa: F401,F403
 
 out_dir = 'out/smollm3_attn_dropout'

@@ -1,6 +1,7 @@
 # SmolLM3-3B continual pre-training with sliding-window attention (Table 6, last row; Tables 1,
 # 7-10, 12): from the released weights, at 4096 tokens, on DCLM-Edu, 1B tokens in batches of 1M,
-# LR 2e-5, SWU (10% warm-up, then constant). The rows: configs/smollm3_{wd,no_wd,pn_d,pl_d,vpad,attn_dropout}.py.
+# LR 2e-5, SWU (10% warm-up, then constant). The rows:
+# configs/smollm3_{wd,no_wd,pn_d,pl_d,vpad,attn_dropout}.py.
 # "SW": the RoPE layers attend to a sliding window, the NoPE layers (every 4th) stay global, so
 # that long-range retrieval has a path that never sees an unseen relative position. (transformers'
 # own use_sliding_window does the opposite: it windows the NoPE layers.) Guessed, as the paper does
@@ -9,7 +10,8 @@
 #   python data/dclm_edu/prepare.py --tokenizer=hf --tokenizer_path=weights/SmolLM3-3B-Base \
 #       --eot='<|end_of_text|>' --out_dir=data/dclm_edu/smollm3 --max_tokens=1e9
 #   torchrun --standalone --nproc_per_node=8 train.py configs/smollm3_pl_d.py
-init_from = 'weights/SmolLM3-3B-Base'  # a transformers SmolLM3 folder: config.json, safetensors, tokenizer.json
+# a transformers SmolLM3 folder: config.json, safetensors, tokenizer.json
+init_from = 'weights/SmolLM3-3B-Base'
 data_dir = 'data/dclm_edu/smollm3'
 window = [2048, 2048, 2048, 0] * 9  # SmolLM3's layers go RoPE, RoPE, RoPE, NoPE
 
