@@ -1,12 +1,13 @@
 """
 HELMET's synthetic recall category (princeton-nlp/HELMET, configs/recall.yaml and
 recall_short.yaml): JSON KV and RULER's MK-2, MK-3 and MV, generated offline with the model's own
-tokenizer (tools/helmet.py, over ruler.py's generators), in HELMET's prompts for a base model, greedy
-answers of at most 50 (MK-2, MV) or 100 (MK-3, JSON KV) tokens, scored as HELMET (ruler_recall;
-substring_exact_match for JSON KV) and averaged per length into "Recall", printed in the layout
-of HELMET's scripts/collect_results.py.
+tokenizer (tools/helmet.py, over ruler.py's generators), in HELMET's prompts for a base model,
+greedy answers of at most 50 (MK-2, MV) or 100 (MK-3, JSON KV) tokens, scored as HELMET
+(ruler_recall; substring_exact_match for JSON KV) and averaged per length into "Recall", printed
+in the layout of HELMET's scripts/collect_results.py.
 
-    python -m tools.eval_helmet --ckpt=out/quickstart/ckpt_000488.pt --lengths="[8192, 16384]" --samples=5
+    python -m tools.eval_helmet --ckpt=out/quickstart/ckpt_000488.pt --lengths="[8192, 16384]" \
+        --samples=5
     python -m tools.eval_helmet --ckpt=... --tasks="['json_kv', 'ruler_niah_mk_2']"
     python -m tools.eval_helmet --ckpt="['out/a/ckpt_000488.pt', 'out/a/ckpt_000488.pt']" \
         --sw="[1]" --window=256  # a table: a row per checkpoint (here a, and a with windows)
@@ -47,9 +48,11 @@ if __name__ == '__main__':
     lengths: list[int] = list(helmet.LENGTHS)  # prompt + generated tokens (HELMET: 8K to 128K)
     samples = helmet.SAMPLES  # per task and length (HELMET's max_test_samples: 100)
     seed = 42
-    essay = ruler.ESSAY  # MV's haystack: Paul Graham's essays in RULER's order (python data/ruler/prepare.py); else Shakespeare
-    window: int | list | None = None  # replaces the model's sliding windows (e.g. the paper's "SW" without CPT)
-    overrides: dict | None = None  # model arguments no weight depends on, e.g. {'rope_scaling': 'yarn', 'rope_factor': 4.0}
+    # MV's haystack: Paul Graham's essays in RULER's order (python data/ruler/prepare.py); else
+    # Shakespeare
+    essay = ruler.ESSAY
+    window: int | list | None = None  # replaces the model's sliding windows (the paper's "SW")
+    overrides: dict | None = None  # model arguments no weight depends on: {'rope_scaling': 'yarn'}
     chunk_size = 1024  # prefill chunk
     overwrite = False  # recompute the results saved at out (of other settings: a window, a seed)
     out = ''  # one checkpoint's output prefix; default: its path without .pt, plus _helmet
@@ -61,8 +64,8 @@ if __name__ == '__main__':
               'sw': (0, None, [])}  # configurator.check_limits
     globals().update(configure(globals(), sys.argv[1:], limits=LIMITS))
     names = helmet.task_list(tasks)
-    paths, views, outs, table = measures.eval_rows(ckpt, labels, sw, window, out, table,
-                                                   '_helmet', 'tools/eval_helmet.py')  # checked first
+    paths, views, outs, table = measures.eval_rows(ckpt, labels, sw, window, out, table, '_helmet',
+                                                   'tools/eval_helmet.py')  # checked first
     data = ruler.Data(essay=essay)
     what = (f"{samples} samples per task and length; ruler_recall, JSON KV "
             f"substring_exact_match; x100")

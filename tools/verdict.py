@@ -18,7 +18,8 @@ Whether every seed points the same way is said apart: with 3 seeds the interval 
 from math import sqrt
 from statistics import mean, stdev
 
-# the 97.5% quantile of Student's t by degrees of freedom (any table; tests/test_study.py checks scipy's)
+# the 97.5% quantile of Student's t by degrees of freedom (any table; tests/test_study.py checks
+# scipy's)
 T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 
 
