@@ -468,12 +468,31 @@ def compact(tree, curve=False):
     return round(tree, 5) if isinstance(tree, float) else tree
 
 
+def run_minutes(d):
+    """One run's time in minutes -> [training, evaluation]: training as the median step time
+    train.py logged times the steps (robust to a run paused or resumed; a view trains nothing:
+    0.0), evaluation as the wall clock from the end of training (the run's `done` mark) to its
+    eval.json (None for a view, which has no mark)."""
+    train, log = 0.0, os.path.join(d, 'log.jsonl')
+    if os.path.exists(log):
+        rows = [json.loads(line) for line in open(log)]
+        ms = sorted(r['ms'] for r in rows if r['event'] == 'train')
+        train = ms[len(ms) // 2] * max(r['iter'] for r in rows) / 60000 if ms else 0.0
+    done, ev = os.path.join(d, 'done'), os.path.join(d, 'eval.json')
+    evaluation = None
+    if os.path.exists(done):
+        evaluation = (os.path.getmtime(ev) - os.path.getmtime(done)) / 60
+    return [round(train, 2), None if evaluation is None else round(evaluation, 2)]
+
+
 if not report:
     evals = {p: {v: [derive(json.load(open(os.path.join(run_dir(p, v, s), 'eval.json')))) for s in seeds]
                  for v in PARTS[p][2]} for p in parts}
     results = compact({'seeds': seeds, 'parts': {p: {v: gather(e) for v, e in evals[p].items()} for p in parts},
                        'matched': {p: {f'{a}|{b}': matched(evals[p][a], evals[p][b]) for a, b in MATCHED
-                                       if a in evals[p] and b in evals[p]} for p in parts if PARTS[p][0] == 'lm'}})
+                                       if a in evals[p] and b in evals[p]} for p in parts if PARTS[p][0] == 'lm'},
+                       'minutes': {p: {v: [run_minutes(run_dir(p, v, s)) for s in seeds]
+                                       for v in PARTS[p][2]} for p in parts}})
     with open(os.path.join(out, 'results.json.tmp'), 'w') as f:
         json.dump(results, f)
     os.replace(os.path.join(out, 'results.json.tmp'), os.path.join(out, 'results.json'))
@@ -715,6 +734,15 @@ for p in parts:
                   '| variant | ' + ' | '.join(cols) + ' |', '|---' * (len(cols) + 1) + '|']
         lines += [f"| {NAMES[v]} | " + ' | '.join(fmt(final(P[p][v])['token_accuracy'][c], 2) for c in cols) + ' |'
                   for v in vs]
+if 'minutes' in results:  # (results.json made before the times were kept has none)
+    lines += ['', 'Time per run, in minutes, the mean over seeds: training (the median step time x '
+              'the steps) and evaluation (wall clock), runs 2 at a time on 2 cores', '',
+              '| part | variant | training | evaluation |', '|---|---|---|---|']
+    for p in parts:
+        for v, runs in results['minutes'].get(p, {}).items():
+            ev = [e for _, e in runs if e is not None]
+            lines.append(f"| {p} | {NAMES[v]} | {mean(t for t, _ in runs):.1f} | "
+                         + (f"{mean(ev):.1f} |" if ev else "- |"))
 with open(os.path.join(out, 'summary.md'), 'w') as f:
     f.write('\n'.join(lines) + '\n')
 print('\n'.join(lines))
