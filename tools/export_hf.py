@@ -5,7 +5,8 @@ transformers' Mamba2 (needs `transformers`).
 
     python -m tools.export_hf --ckpt=out/smollm3_pl_d/ckpt_000953.pt --out=exports/smollm3_pl_d
     lm_eval --model hf --model_args pretrained=exports/smollm3_pl_d,dtype=bfloat16 \\
-        --tasks arc_easy,arc_challenge,hellaswag,piqa,winogrande,openbookqa,boolq,lambada_openai --batch_size 8
+        --tasks arc_easy,arc_challenge,hellaswag,piqa,winogrande,openbookqa,boolq,lambada_openai \
+        --batch_size 8
 
 A transformer that SmolLM3's layout cannot hold (NAPE or ALiBi, learned positions, entmax or a
 query scale, LayerNorm, GELU, biases, windows of several sizes) is refused before anything is
@@ -31,7 +32,9 @@ MARK = 'exported_from.json'  # the checkpoint an export came from; what marks a 
 
 ckpt = ''  # a checkpoint file
 out = ''  # the folder to write
-source = ''  # the released weights' folder or hub name (tokenizer files, token ids); default: the run's init_from
+# the released weights' folder or hub name (tokenizer files, token ids); default: the run's
+# init_from
+source = ''
 dtype: Literal['bfloat16', 'float16', 'float32'] = 'bfloat16'  # of the written weights
 overwrite = False  # replace an earlier export at out (never another folder)
 globals().update(configure(globals(), sys.argv[1:]))
@@ -60,13 +63,14 @@ try:
         try:  # the layout is checked before anything is written
             weights.save_smollm3(model, tmp, source, dtype=getattr(torch, dtype))
         except ValueError as e:
-            raise SystemExit(f"cannot export {ckpt}: {e}. Evaluate it with tools/eval_lm.py instead: "
-                             f"python -m tools.eval_lm --ckpt={ckpt} --tasks=arc_easy,...")
+            raise SystemExit(f"cannot export {ckpt}: {e}. Evaluate it with tools/eval_lm.py "
+                             f"instead: python -m tools.eval_lm --ckpt={ckpt} --tasks=arc_easy,...")
     with open(os.path.join(tmp, MARK), 'w') as f:
         json.dump({'ckpt': os.path.abspath(ckpt), 'step': info['step']}, f)
     checkpoint.replace_folder(tmp, out)
 finally:
     shutil.rmtree(tmp, ignore_errors=True)
 if not source:
-    print(f"note: no source folder ({given or 'none'}): the export has no tokenizer files; give --source=<weights folder>")
+    print(f"note: no source folder ({given or 'none'}): the export has no tokenizer files; give "
+          f"--source=<weights folder>")
 print(f"wrote {out} (step {info['step']} of {ckpt})")
