@@ -1,8 +1,8 @@
 """
-The timing and memory measures behind tools/bench.py and tools/gpu_check.py: models built and trained for a
-few steps, variants timed in alternating rounds, prefill and decoding times with peak memory at a
-context length (in a child process, so that one length's memory does not count against the next),
-and nanoGPT's model for the side-by-side comparison.
+The timing and memory measures behind tools/bench.py and tools/gpu_check.py: models built and
+trained for a few steps, variants timed in alternating rounds, prefill and decoding times with peak
+memory at a context length (in a child process, so that one length's memory does not count against
+the next), and nanoGPT's model for the side-by-side comparison.
 """
 
 import queue as queues
@@ -27,7 +27,8 @@ def train_steps(model, opt, n, batch_size, block_size, vocab_size, device, autoc
     for _ in range(n):
         x = torch.randint(0, vocab_size, (batch_size, block_size + 1), device=device)
         with autocast:  # transformers shifts the labels itself
-            loss = model(input_ids=x[:, :-1], labels=x[:, :-1]).loss if hf else model(x[:, :-1], x[:, 1:])[1]
+            loss = (model(input_ids=x[:, :-1], labels=x[:, :-1]).loss if hf else
+                    model(x[:, :-1], x[:, 1:])[1])
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -40,7 +41,8 @@ def sync(device):
 
 
 def timed(fns, steps, warmup, rounds):
-    """Median seconds of each function (called with `steps`) over alternating rounds, after a warm-up call each."""
+    """Median seconds of each function (called with `steps`) over alternating rounds, after a
+    warm-up call each."""
     for fn in fns.values():
         fn(warmup)
     times = {k: [] for k in fns}
@@ -60,7 +62,8 @@ def table(title, rows, unit, extra=None):
     print(title)
     print(f"{'':>22} {unit:>12} {'ratio':>8}" + ''.join(f"{c:>12}" for c in columns))
     for k, v in rows.items():
-        print(f"{k:>22} {v:>12,.0f} {v / base:>8.2f}" + ''.join(f"{extra.get(k, {}).get(c, ''):>12}" for c in columns))
+        print(f"{k:>22} {v:>12,.0f} {v / base:>8.2f}"
+              + ''.join(f"{extra.get(k, {}).get(c, ''):>12}" for c in columns))
 
 
 class NanoGPT(nn.Module):
@@ -75,7 +78,8 @@ class NanoGPT(nn.Module):
         self.wte, self.wpe = nn.Embedding(vocab_size, C), nn.Embedding(block_size, C)
         self.blocks = nn.ModuleList(nn.ModuleDict(dict(
             ln_1=nn.LayerNorm(C), c_attn=nn.Linear(C, 3 * C), attn_proj=nn.Linear(C, C),
-            ln_2=nn.LayerNorm(C), c_fc=nn.Linear(C, 4 * C), mlp_proj=nn.Linear(4 * C, C))) for _ in range(n_layer))
+            ln_2=nn.LayerNorm(C), c_fc=nn.Linear(C, 4 * C), mlp_proj=nn.Linear(4 * C, C)))
+            for _ in range(n_layer))
         self.ln_f = nn.LayerNorm(C)
         for m in self.modules():  # nanoGPT's initialisation
             if isinstance(m, (nn.Linear, nn.Embedding)):
@@ -87,16 +91,18 @@ class NanoGPT(nn.Module):
         B, T = idx.shape
         x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))  # (B, T, C)
         for b in self.blocks:
-            q, k, v = b['c_attn'](b['ln_1'](x)).view(B, T, 3, self.n_head, -1).permute(2, 0, 3, 1, 4)  # (B, H, T, hd) each
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, -1)
+            qkv = b['c_attn'](b['ln_1'](x)).view(B, T, 3, self.n_head, -1)
+            q, k, v = qkv.permute(2, 0, 3, 1, 4)  # (B, H, T, hd) each
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, hd)
+            y = y.transpose(1, 2).reshape(B, T, -1)
             x = x + b['attn_proj'](y)
             x = x + b['mlp_proj'](F.gelu(b['c_fc'](b['ln_2'](x))))
         logits = self.ln_f(x) @ self.wte.weight.T  # (B, T, V)
         return logits, F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
 
     def flops_per_token(self, T):
-        """As model.py counts: 6 per multiplying weight (all but the positions; wte is also the head),
-        plus 12 * C * T per layer for the attention."""
+        """As model.py counts: 6 per multiplying weight (all but the positions; wte is also the
+        head), plus 12 * C * T per layer for the attention."""
         weights = sum(p.numel() for p in self.parameters()) - self.wpe.weight.numel()
         return 6 * weights + 12 * len(self.blocks) * self.wpe.embedding_dim * T
 
@@ -120,14 +126,16 @@ def child_result(p, queue):
             break
         except queues.Empty:
             if not p.is_alive():
-                raise SystemExit(f"the measuring process died (exit code {p.exitcode}) before it reported")
+                raise SystemExit(f"the measuring process died (exit code {p.exitcode}) before it "
+                                 f"reported")
     p.join()
     if 'error' in r:
         raise SystemExit(f"the measuring process failed:\n{r['error']}")
     return r
 
 
-@torch.no_grad()  # with gradients on, a 64K prefill would keep every activation for a backward that never comes
+# with gradients on, a 64K prefill would keep every activation for a backward that never comes
+@torch.no_grad()
 def context_times(model_type, args, length, gen_tokens, chunk_size, device, dtype):
     """Prefill time, decoding time per token, the peak memory and, on CUDA, the host syncs per
     decoded token (a sync per layer would stall every token: tools/gpu_check.py bounds them)."""
@@ -155,5 +163,5 @@ def context_times(model_type, args, length, gen_tokens, chunk_size, device, dtyp
     syncs = sum('synchroniz' in str(w.message) for w in caught) / gen_tokens if cuda else None
     peak = torch.cuda.max_memory_allocated() if cuda else \
         resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kilobytes on Linux
-    return {'prefill_s': t1 - t0, 'ms_per_token': 1000 * (t2 - t1) / gen_tokens, 'peak_mb': peak / 2 ** 20,
-            'syncs_per_token': syncs}
+    return {'prefill_s': t1 - t0, 'ms_per_token': 1000 * (t2 - t1) / gen_tokens,
+            'peak_mb': peak / 2 ** 20, 'syncs_per_token': syncs}
