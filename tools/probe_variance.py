@@ -2,7 +2,7 @@
 The pre-activation variance mismatch of the paper's Figure 3, for a trained checkpoint
 (measures.variance_mismatch and measures.pre_norm_drift; tools/study.py uses them too).
 
-    python -m tools.probe_variance --ckpt=out/quickstart/ckpt_000488.pt                   # its own dropout
+    python -m tools.probe_variance --ckpt=out/quickstart/ckpt_000488.pt  # its own dropout
     python -m tools.probe_variance --ckpt=out/quickstart/ckpt_000488.pt --dropout_type=pre_linear
 
 On one batch of validation windows: for every projection, the relative error between the
@@ -26,7 +26,8 @@ from dropout import pre_linear
 from measures import load_for_eval, pre_norm_drift, variance_mismatch
 from tokens import TokenData, batch_rng
 
-PAPER = {'pre_linear': (0.29, 0.37), 'vpad': (0.09, 0.06)}  # Fig. 3, first / last 18 layers of SmolLM3-3B
+# Fig. 3, first / last 18 layers of SmolLM3-3B
+PAPER = {'pre_linear': (0.29, 0.37), 'vpad': (0.09, 0.06)}
 
 # -----------------------------------------------------------------------------
 ckpt = ''
@@ -45,13 +46,15 @@ globals().update(configure(globals(), sys.argv[1:]))
 if not ckpt:
     raise SystemExit("give a checkpoint: --ckpt=out/quickstart/ckpt_000488.pt")
 if dropout >= 1 or length < 0 or batch_size < 1:
-    raise SystemExit(f"config error: dropout must be below 1 (a negative value: the model's own), length >= 0 "
-                     f"(0: the training length) and batch_size >= 1, got {dropout}, {length}, {batch_size}")
+    raise SystemExit(f"config error: dropout must be below 1 (a negative value: the model's own), "
+                     f"length >= 0 (0: the training length) and batch_size >= 1, got {dropout}, "
+                     f"{length}, {batch_size}")
 model, _, info = load_for_eval(ckpt, device, 'the probe')
 c = model.config
 dropout_type = dropout_type or c.dropout_type
 if dropout_type not in ('pre_linear', 'vpad'):
-    raise SystemExit(f"the model was trained with dropout_type={c.dropout_type!r}: give --dropout_type=pre_linear or vpad")
+    raise SystemExit(f"the model was trained with dropout_type={c.dropout_type!r}: give "
+                     f"--dropout_type=pre_linear or vpad")
 p = dropout if dropout >= 0 else (c.dropout or 0.1)
 try:
     op = pre_linear(dropout_type, p, vpad_variant or c.vpad_variant)
@@ -73,41 +76,48 @@ drift = pre_norm_drift(model, idx, p)
 by_layer = defaultdict(list)
 for row in rows:
     by_layer[row['layer']].append(row)
-layers = {l: {'rel_err': mean(abs(r['rel_err']) for r in rs), 'signed': mean(r['rel_err'] for r in rs),
-              'r': mean(r['r'] for r in rs), 'predicted': mean(abs(r['predicted_' + dropout_type]) for r in rs)}
+layers = {l: {'rel_err': mean(abs(r['rel_err']) for r in rs),
+              'signed': mean(r['rel_err'] for r in rs), 'r': mean(r['r'] for r in rs),
+              'predicted': mean(abs(r['predicted_' + dropout_type]) for r in rs)}
           for l, rs in sorted(by_layer.items())}
 half = len(layers) // 2
-halves = [mean(layers[l]['rel_err'] for l in ls) for ls in (list(layers)[:half or 1], list(layers)[half:])]
+halves = [mean(layers[l]['rel_err'] for l in ls)
+          for ls in (list(layers)[:half or 1], list(layers)[half:])]
 cos = {l: [d['cosine'] for d in drift if d['layer'] == l] for l in layers}
 
 name = f"{dropout_type}{'' if dropout_type != 'vpad' else ' ' + op.variant}, p = {p}"
 print(f"{ckpt}: {name}, {batch_size} windows of {length} tokens\n")
-print(f"{'layer':>5} {'|rel err|':>10} {'signed':>8} {'r':>7} {'predicted':>10}   pre-norm cosine (p = {p})")
+print(f"{'layer':>5} {'|rel err|':>10} {'signed':>8} {'r':>7} {'predicted':>10}   "
+      f"pre-norm cosine (p = {p})")
 for l, v in layers.items():
-    print(f"{l:>5} {v['rel_err']:>10.4f} {v['signed']:>8.4f} {v['r']:>7.3f} {v['predicted']:>10.4f}   "
+    print(f"{l:>5} {v['rel_err']:>10.4f} {v['signed']:>8.4f} {v['r']:>7.3f} "
+          f"{v['predicted']:>10.4f}   "
           + ' '.join(f"{x:.4f}" for x in cos[l]))
-print(f"\nrelative variance error, first / second half of the layers: {halves[0]:.3f} / {halves[1]:.3f}"
-      + (f"   (paper, SmolLM3-3B: {PAPER[dropout_type][0]} / {PAPER[dropout_type][1]})"))
+print(f"\nrelative variance error, first / second half of the layers: {halves[0]:.3f} / "
+      f"{halves[1]:.3f}   (paper, SmolLM3-3B: {PAPER[dropout_type][0]} / {PAPER[dropout_type][1]})")
 
 out = out or f"{ckpt.removesuffix('.pt').rstrip('/')}_probe_{dropout_type}"
 with open(out + '.json', 'w') as f:
     json.dump({'ckpt': ckpt, 'dropout_type': dropout_type, 'p': p,
-               'vpad_variant': op.variant if dropout_type == 'vpad' else None, 'batch_size': batch_size, 'length': length, 'first_half': halves[0], 'second_half': halves[1],
-               'paper': PAPER[dropout_type], 'layers': layers, 'matrices': rows, 'pre_norm_drift': drift}, f, indent=1)
+               'vpad_variant': op.variant if dropout_type == 'vpad' else None,
+               'batch_size': batch_size, 'length': length, 'first_half': halves[0],
+               'second_half': halves[1], 'paper': PAPER[dropout_type], 'layers': layers,
+               'matrices': rows, 'pre_norm_drift': drift}, f, indent=1)
 import matplotlib
 matplotlib.use('Agg')
 import matplotlib.pyplot as plt
 fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8))
 ls = list(layers)
 a.bar([l - 0.2 for l in ls], [layers[l]['rel_err'] for l in ls], width=0.4, label='measured')
-a.bar([l + 0.2 for l in ls], [layers[l]['predicted'] for l in ls], width=0.4, label='predicted from r')
+a.bar([l + 0.2 for l in ls], [layers[l]['predicted'] for l in ls], width=0.4,
+      label='predicted from r')
 a.set_xlabel('layer')
 a.set_ylabel('|Var[y train] - Var[y eval]| / Var[y eval]')
 a.set_title(f"pre-activation variance mismatch, {name}", fontsize=9)
 a.legend(fontsize=8)
 for norm in sorted({d['norm'] for d in drift}):
-    b.plot([d['layer'] for d in drift if d['norm'] == norm], [d['cosine'] for d in drift if d['norm'] == norm],
-           marker='o', label=norm)
+    mine = [d for d in drift if d['norm'] == norm]
+    b.plot([d['layer'] for d in mine], [d['cosine'] for d in mine], marker='o', label=norm)
 b.set_xlabel('layer')
 b.set_ylabel('cosine(normalised input, train vs eval)')
 b.set_title(f"pre-norm view: pre-norm dropout p = {p}", fontsize=9)
