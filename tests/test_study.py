@@ -67,7 +67,7 @@ def test_study_trains_evaluates_and_summarises(tmp_path, long_data):
     train = ms[len(ms) // 2] * 20 / 60000
     assert results['minutes']['lm_sw']['pl_d'][1][0] == pytest.approx(train, abs=0.005)
     assert all(t >= 0 and e >= 0 for runs in results['minutes']['lm_sw'].values() for t, e in runs)
-    assert '| lm_sw | PL-D | ' in open(os.path.join(out, 'summary.md')).read()
+    assert '| lm_sw / PL-D | ' in open(os.path.join(out, 'summary.md')).read()
     evals = {v: [json.load(open(os.path.join(out, 'lm_sw', v, f's{s}', 'eval.json'))) for s in (1, 2)] for v in P['lm_sw']}
     e = evals['vpad'][0]
     # checkpoints along training (20 steps, one every 2): at least 6, the last the final, denser in the anneal

@@ -737,11 +737,11 @@ for p in parts:
 if 'minutes' in results:  # (results.json made before the times were kept has none)
     lines += ['', 'Time per run, in minutes, the mean over seeds: training (the median step time x '
               'the steps) and evaluation (wall clock), runs 2 at a time on 2 cores', '',
-              '| part | variant | training | evaluation |', '|---|---|---|---|']
+              '| part / variant | training | evaluation |', '|---|---|---|']
     for p in parts:
         for v, runs in results['minutes'].get(p, {}).items():
             ev = [e for _, e in runs if e is not None]
-            lines.append(f"| {p} | {NAMES[v]} | {mean(t for t, _ in runs):.1f} | "
+            lines.append(f"| {p} / {NAMES[v]} | {mean(t for t, _ in runs):.1f} | "
                          + (f"{mean(ev):.1f} |" if ev else "- |"))
 with open(os.path.join(out, 'summary.md'), 'w') as f:
     f.write('\n'.join(lines) + '\n')
