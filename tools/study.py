@@ -772,6 +772,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 COLORS = {v: plt.cm.tab20.colors[(2 * i) % 20 + (2 * i) // 20] if i < 20 else
           plt.cm.tab20b.colors[(4 * i) % 20 + i // 25] for i, v in enumerate([*VARIANTS, *VIEWS])}  # 20, then tab20b's
 COLORS.update(orig='black', sw='gray')
+
+
 def save(fig, name):
     fig.tight_layout()
     fig.savefig(os.path.join(out, name), dpi=100)
