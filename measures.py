@@ -155,7 +155,7 @@ def row_label(path, info, windowed):
 def write_table(table, rows, lengths, train_length, title):
     """An eval script's rows of checkpoints as the paper lays its tables out (lengths as columns,
     the training length marked; each row's 'score' by length): printed, and written as
-    table.md and table.json (eval_niah.py, eval_ruler.py)."""
+    table.md and table.json (eval_niah.py, eval_ruler.py, tools/eval_helmet.py, tools/study.py)."""
     from ruler import length_label
     mark = lambda L: length_label(L) + ('*' if L == train_length else '')  # noqa: E731
     width = max(24, *(len(r['label']) + 2 for r in rows))

@@ -234,9 +234,10 @@ def correct_answers(task, model, lengths, n, seed, device, batch_size=64, rank=0
     for j, L in enumerate(lengths):
         prompts, answers = task.test_set(L, n, seed)
         for batch in mine.split(batch_size):
-            p, a, real = prompts[batch[:, 0]], answers[batch[:, 0]].to(device), batch[:, 1]
+            p, a = prompts[batch[:, 0]], answers[batch[:, 0]].to(device)
+            real = batch[:, 1].to(device)  # 0 for a pad
             out = model.generate(p.to(device), a.size(1))[:, p.size(1):]  # (b, answer length)
             right = out == a
-            correct[j, 0] += (right.all(dim=1) * real.to(device)).sum()
-            correct[j, 1] += (right.float().mean(dim=1) * real.to(device)).sum()
+            correct[j, 0] += (right.all(dim=1) * real).sum()
+            correct[j, 1] += (right.float().mean(dim=1) * real).sum()
     return correct
