@@ -1,8 +1,9 @@
 """
 Figure 1 in small: the paper's comparisons where a small model over-fits its training length,
-measured across training, with seeds (docs/study.md has the results and how to read them).
+measured across training, with seeds (docs/study.md has the results, how to read them and the
+time each part takes).
 
-    python -m tools.study                                      # everything, resumable (time: docs/study.md)
+    python -m tools.study                                      # everything, resumable
     python -m tools.study --parts="['lm_nope']" --seeds="[1]"  # one part, one seed
 
 Trains every part x variant x seed with train.py under out/study/<part>/<variant>/s<seed>, `jobs`
@@ -25,19 +26,22 @@ The parts (every variant of a part has the same token budget):
 Not in the default list (copy_mamba about 25 minutes, lm_mamba about 56; docs/study.md):
 python -m tools.study --parts="['copy_mamba', 'lm_mamba']" --out=out/study_mamba
   lm_mamba    the LM parts with a 4 x 128 Mamba2 (state 32, heads of 32) instead of a transformer
-      (Table 6's Mamba2-85M row in small); lm_mamba_32 the same on 32-byte windows (WD, no-WD, PN-D).
-  copy_mamba  the Copy task (tasks.Copy) with a 2 x 128 Mamba2, sources of 5-10 symbols, 1500 steps:
-      exact-match accuracy, and the fraction of right tokens, from 1x to 16x the longest source
-      (Table 6's Mamba2-45M row in small).
+      (Table 6's Mamba2-85M row in small); lm_mamba_32 the same on 32-byte windows (WD, no-WD,
+      PN-D).
+  copy_mamba  the Copy task (tasks.Copy) with a 2 x 128 Mamba2, sources of 5-10 symbols, 1500
+      steps: exact-match accuracy, and the fraction of right tokens, from 1x to 16x the longest
+      source (Table 6's Mamba2-45M row in small).
 Not in the default list (docs/methods.md):
 python -m tools.study --parts="['methods']" --out=out/study_methods
-  methods     the lm part's 4 x 128 transformer with RoPE and the field's length-generalization methods
-      beside the regularizers, each alone and with PL-D (no WD anywhere): randomized positions and SSMax
-      trained; YaRN (s = 16) and the log-length temperature on the no-WD and PL-D checkpoints (views:
-      nothing trained); DroPE, 100 steps of CPT without positions from their final checkpoints.
+  methods     the lm part's 4 x 128 transformer with RoPE and the field's length-generalization
+      methods beside the regularizers, each alone and with PL-D (no WD anywhere): randomized
+      positions and SSMax trained; YaRN (s = 16) and the log-length temperature on the no-WD and
+      PL-D checkpoints (views: nothing trained); DroPE, 100 steps of CPT without positions from
+      their final checkpoints.
   methods_needle, methods_offset, methods_delay   the same rows (VPAD aside) on the needle with a
-      2-layer RoPE model, and on the two probes of tasks.py (configs/offset.py, configs/delay_copy.py),
-      each with other positions beside RoPE: NoPE; ALiBi on the probes; learned on the delay copy.
+      2-layer RoPE model, and on the two probes of tasks.py (configs/offset.py,
+      configs/delay_copy.py), each with other positions beside RoPE: NoPE; ALiBi on the probes;
+      learned on the delay copy.
 Not in the default list (docs/study.md has their times):
 python -m tools.study --parts="['cpt_sw', 'cpt_sw_needle']" --out=out/study_cpt
   cpt_sw, cpt_sw_needle  continued pre-training into sliding windows (Table 1 in small), in two
@@ -46,11 +50,18 @@ python -m tools.study --parts="['cpt_sw', 'cpt_sw_needle']" --out=out/study_cpt
       its checkpoints with windows (32 keys; 16 for the needle) on the RoPE layers and no CPT. Every
       other variant continues phase 1's final weights with those windows (constant LR a tenth of
       phase 1's after 10% warm-up; 400 steps, 800 for the needle; a checkpoint every 10 / 20 steps
-      for Table 12's averages of the last 10, 20 and 30), attention dropout among them (Tables 9, 10;
-      the p = 0.2 rows in cpt_sw only).
+      for Table 12's averages of the last 10, 20 and 30), attention dropout among them (Tables 9,
+      10; the p = 0.2 rows in cpt_sw only).
+Not in the default list (docs/study.md, the reading rules and the times):
+python -m tools.study --parts="['cpt_niah', 'cpt_niah_mamba']" --out=out/study_niah
+  cpt_niah, cpt_niah_mamba  Tables 1 and 5 where their premise can show: the same two phases,
+      with NIAH-1 learned in phase 1 (language mixed with its documents, 256-byte windows, 4000
+      steps) by an 8 x 128 transformer with SmolLM3's pattern twice (NoPE inside the stack), or an
+      8 x 128 Mamba2; CPT on language alone for 600 steps (15% of phase 1's tokens), into
+      128-key windows on the RoPE layers (Mamba2: none). NIAH-1 accuracy and CE at 1x to 16x.
 And at those checkpoints: the entropy of every head's attention by query position (the
-mechanism; transformers), the uniform average of the last 5 checkpoints of the stable phase and of the
-anneal (the paper's checkpoint averaging), and at the end of the LM runs with pre-linear
+mechanism; transformers), the uniform average of the last 5 checkpoints of the stable phase and
+of the anneal (the paper's checkpoint averaging), and at the end of the LM runs with pre-linear
 dropout the variance-mismatch probe (measures.variance_mismatch, Figure 3).
 """
 
@@ -77,14 +88,16 @@ from tools.verdict import paired
 
 # -----------------------------------------------------------------------------
 out = 'out/study'
-data_dir = 'data/shakespeare/byte'  # the LM parts' corpus (python data/shakespeare/prepare.py --tokenizer=byte)
+# the LM parts' corpus: python data/shakespeare/prepare.py --tokenizer=byte
+data_dir = 'data/shakespeare/byte'
 parts = ['lm_nope', 'lm_sw', 'lm_nape', 'needle_nope', 'needle_sw']
 seeds = [1, 2, 3]
 variants = []  # of VARIANTS; [] runs each part's own list (PARTS)
 jobs = 2  # runs at a time
-tiny = False  # a few steps of a tiny model per run: checks the pipeline in a minute (tests), no results
+tiny = False  # a few steps of a tiny model per run: the pipeline in a minute (tests), no results
 eval_run = ''  # internal: evaluate one finished run (<part>/<variant>/s<seed>) and exit
-report = ''  # a results.json (e.g. assets/study_results.json): its summary and figures in `out`, nothing trained
+# a results.json (e.g. assets/study_results.json): its summary and figures in `out`, nothing trained
+report = ''
 # -----------------------------------------------------------------------------
 globals().update(configure(globals(), sys.argv[1:]))
 
@@ -96,46 +109,56 @@ VARIANTS = {
        (('', 0.1), ('_p0.05', 0.05), ('_p0.2', 0.2))},
     **{f'pl_d{s}': ['--weight_decay=0.0', '--dropout_type=pre_linear', f'--dropout={p}'] for s, p in
        (('', 0.1), ('_p0.05', 0.05), ('_p0.2', 0.2))},
-    'vpad': ['--weight_decay=0.0', '--dropout_type=vpad', '--dropout=0.1'],  # reconstruction A (dropout.py)
-    'vpad_b': ['--weight_decay=0.0', '--dropout_type=vpad', '--dropout=0.1', '--vpad_variant=B'],  # per feature
+    # reconstruction A (dropout.py); B: per feature
+    'vpad': ['--weight_decay=0.0', '--dropout_type=vpad', '--dropout=0.1'],
+    'vpad_b': ['--weight_decay=0.0', '--dropout_type=vpad', '--dropout=0.1', '--vpad_variant=B'],
     'vpad_p0.2': ['--weight_decay=0.0', '--dropout_type=vpad', '--dropout=0.2'],
-    'attn_d': ['--weight_decay=0.0', '--dropout_type=none', '--dropout=0.0', '--attn_dropout=0.1'],  # Tables 9, 10
+    # Tables 9, 10
+    'attn_d': ['--weight_decay=0.0', '--dropout_type=none', '--dropout=0.0', '--attn_dropout=0.1'],
 }
-NAMES = {'wd': 'WD', 'no_wd': 'no-WD', 'pn_d': 'PN-D', 'pl_d': 'PL-D', 'vpad': 'VPAD', 'vpad_b': 'VPAD-B',
-         'pn_d_p0.05': 'PN-D p=0.05', 'pn_d_p0.2': 'PN-D p=0.2', 'pl_d_p0.05': 'PL-D p=0.05', 'pl_d_p0.2': 'PL-D p=0.2',
-         'vpad_p0.2': 'VPAD p=0.2', 'attn_d': 'Attn-D', 'orig': 'Orig.', 'sw': 'SW, no CPT'}
+NAMES = {'wd': 'WD', 'no_wd': 'no-WD', 'pn_d': 'PN-D', 'pl_d': 'PL-D', 'vpad': 'VPAD',
+         'vpad_b': 'VPAD-B', 'pn_d_p0.05': 'PN-D p=0.05', 'pn_d_p0.2': 'PN-D p=0.2',
+         'pl_d_p0.05': 'PL-D p=0.05', 'pl_d_p0.2': 'PL-D p=0.2', 'vpad_p0.2': 'VPAD p=0.2',
+         'attn_d': 'Attn-D', 'orig': 'Orig.', 'sw': 'SW, no CPT'}
 CORE = ['wd', 'no_wd', 'pn_d', 'pl_d', 'vpad', 'vpad_b']
-# the field's length-generalization methods (docs/methods.md), each alone and with PL-D, none with WD.
-# Trained: randomized positions (from 8x the training length) and SSMax. DroPE: CPT of the no-WD (or
-# PL-D) run's final checkpoint without positions, as the CPT parts' SWU (constant LR a tenth of the
-# lm parts', 10% warm-up), 100 steps. Views, which train nothing (VIEWS): YaRN with s = 16 (the
-# reach of the evaluation) and the log-length temperature, on the no-WD and PL-D checkpoints
+# the field's length-generalization methods (docs/methods.md), each alone and with PL-D, none with
+# WD. Trained: randomized positions (from 8x the training length) and SSMax. DroPE: CPT of the
+# no-WD (or PL-D) run's final checkpoint without positions, as the CPT parts' SWU (constant LR a
+# tenth of the lm parts', 10% warm-up), 100 steps. Views, which train nothing (VIEWS): YaRN with
+# s = 16 (the reach of the evaluation) and the log-length temperature, on the no-WD and PL-D
+# checkpoints
 METHODS = ('rand', 'yarn', 'drope', 'ssmax', 'log_len')
-DROPE = ['--pos_encoding=nope', '--schedule=constant', '--warmup_frac=0.1', '--ckpt_interval=10']  # and see cpt()
+# (and see train(): its learning rate and length)
+DROPE = ['--pos_encoding=nope', '--schedule=constant', '--warmup_frac=0.1', '--ckpt_interval=10']
 for m, args in (('rand', ['--rope_random=8']), ('ssmax', ['--attn_scale=ssmax']), ('drope', DROPE)):
     VARIANTS[m], VARIANTS[f'{m}_pl_d'] = VARIANTS['no_wd'] + args, VARIANTS['pl_d'] + args
-SOURCES = {'drope': 'no_wd', 'drope_pl_d': 'pl_d'}  # rows that continue another row's final checkpoint
-for pe in ('nope', 'alibi', 'learned'):  # the probes' other positions, beside RoPE's rows (docs/methods.md)
+SOURCES = {'drope': 'no_wd', 'drope_pl_d': 'pl_d'}  # rows that continue another row's final ckpt
+for pe in ('nope', 'alibi', 'learned'):  # the probes' other positions beside RoPE (docs/methods.md)
     VARIANTS[pe] = VARIANTS['no_wd'] + [f'--pos_encoding={pe}']
-VIEWS = {'sw': ('orig', None),  # rows that train nothing: another row's checkpoints, with model arguments
-         **{f'{m}{s}': (v, kw) for m, kw in (('yarn', {'rope_scaling': 'yarn', 'rope_factor': 16.0}),
-                                             ('log_len', {'attn_scale': 'log_length'}))
-            for s, v in (('', 'no_wd'), ('_pl_d', 'pl_d'))}}  # that change no weights ('sw': PHASE1's windows)
-NAMES.update({f'{m}{s}': f'{name}{t}' for m, name in (('rand', 'RandPos'), ('yarn', 'YaRN'), ('drope', 'DroPE'),
-                                                      ('ssmax', 'SSMax'), ('log_len', 'LogLen'))
+# rows that train nothing: another row's checkpoints, with model arguments that change no weights
+# ('sw': PHASE1's windows)
+VIEWS = {'sw': ('orig', None),
+         **{f'{m}{s}': (v, kw)
+            for m, kw in (('yarn', {'rope_scaling': 'yarn', 'rope_factor': 16.0}),
+                          ('log_len', {'attn_scale': 'log_length'}))
+            for s, v in (('', 'no_wd'), ('_pl_d', 'pl_d'))}}
+NAMES.update({f'{m}{s}': f'{name}{t}'
+              for m, name in (('rand', 'RandPos'), ('yarn', 'YaRN'), ('drope', 'DroPE'),
+                              ('ssmax', 'SSMax'), ('log_len', 'LogLen'))
               for s, t in (('', ''), ('_pl_d', ' + PL-D'))})
 NAMES.update(nope='NoPE', alibi='ALiBi', learned='Learned')
 LM = ['configs/quickstart.py', f'--data_dir={data_dir}', '--block_size=128', '--batch_size=32',
-      '--tokens_per_batch=4096', '--max_tokens=2900000', '--eval_lengths=[]', '--eval_interval=100000',
-      '--ckpt_interval=20']
+      '--tokens_per_batch=4096', '--max_tokens=2900000', '--eval_lengths=[]',
+      '--eval_interval=100000', '--ckpt_interval=20']
 # the needle's training loss jumps by more than a nat when the lookup is learned or lost (7 of
 # the first 10 runs): that is the task, not a divergence, so train.py's spike check is off there
-NEEDLE = ['configs/needle.py', '--eval_interval=100000', '--task_eval_samples=20', '--ckpt_interval=20',
-          '--spike_threshold=0']
+NEEDLE = ['configs/needle.py', '--eval_interval=100000', '--task_eval_samples=20',
+          '--ckpt_interval=20', '--spike_threshold=0']
 SW = lambda layers, window: [f"--pos_encoding={['rope'] * (layers - 1) + ['nope']}",  # noqa: E731
                              f"--window={[window] * (layers - 1) + [0]}"]
 MAMBA = ['--model_type=mamba2', '--d_state=32', '--headdim=32', '--chunk_size=32']
-SMOL = lambda layers: [f"--pos_encoding={['rope'] * (layers - 1) + ['nope']}"]  # noqa: E731  (SmolLM3's layers, full)
+# SmolLM3's layers, full attention
+SMOL = lambda layers: [f"--pos_encoding={['rope'] * (layers - 1) + ['nope']}"]  # noqa: E731
 # continued pre-training into sliding windows (Table 1 in small): part -> (phase 1, the windows of
 # phase 2). Phase 1 ('orig') pre-trains the full-attention model once per seed, with WD as SmolLM3
 # was; 'sw' is its final weights with the windows and no CPT; every other variant continues those
@@ -145,8 +168,9 @@ SMOL = lambda layers: [f"--pos_encoding={['rope'] * (layers - 1) + ['nope']}"]  
 # NIAH-1 (its short form, ruler.py) from language mixed with its documents (train.py --niah_mix) on
 # 256-byte windows for 4000 steps, SmolLM3's layers twice (NoPE inside the stack), or Mamba2;
 # CPT continues on language alone (CPT's --niah_mix=0) for 600 steps, 15% of phase 1's tokens
-NIAH_LM = [*LM, '--block_size=256', '--batch_size=16', '--niah_mix=0.5', '--niah_task=niah_single_1_short',
-           '--max_tokens=16384000', '--ckpt_interval=250', '--n_layer=8', '--spike_threshold=0']
+NIAH_LM = [*LM, '--block_size=256', '--batch_size=16', '--niah_mix=0.5',
+           '--niah_task=niah_single_1_short', '--max_tokens=16384000', '--ckpt_interval=250',
+           '--n_layer=8', '--spike_threshold=0']
 PHASE1 = {'cpt_sw': (LM + SMOL(4), [32, 32, 32, 0]),
           # 3200 steps: at the needle parts' 1600 this hybrid learned the lookup in 1 seed of 3
           'cpt_sw_needle': (NEEDLE + SMOL(2) + [f'--max_tokens={3200 * 2048}'], [16, 0]),
@@ -157,13 +181,15 @@ NIAH_PARTS = ('cpt_niah', 'cpt_niah_mamba')
 CPT = lambda part, lr, steps, every: [  # noqa: E731
     *PHASE1[part][0], *([f'--window={PHASE1[part][1]}'] if PHASE1[part][1] else []), '--niah_mix=0',
     '--schedule=constant', '--warmup_frac=0.1', f'--learning_rate={lr}',
-    f"--max_tokens={steps * (4096 if PHASE1[part][0][0] == LM[0] else 2048)}", f'--ckpt_interval={every}']
+    f"--max_tokens={steps * (4096 if PHASE1[part][0][0] == LM[0] else 2048)}",
+    f'--ckpt_interval={every}']
 METHOD_ROWS = [f'{m}{s}' for m in METHODS for s in ('', '_pl_d')]
-# the probes as the needle, spike check off too (DroPE's recalibration on the offset task, from a loss of
-# 11.7 nats once RoPE is gone, rose 1.1 nats above its recent low at step 55 of seed 1)
+# the probes as the needle, spike check off too (DroPE's recalibration on the offset task, from a
+# loss of 11.7 nats once RoPE is gone, rose 1.1 nats above its recent low at step 55 of seed 1)
 PROBE = NEEDLE[1:]
 PHASE1_ROWS = ('orig', 'sw')  # a CPT part's rows measured along phase 1, not along CPT
-CPT_VARIANTS = ['orig', 'sw', 'wd', 'no_wd', 'pn_d', 'pl_d', 'vpad', 'pl_d_p0.2', 'vpad_p0.2', 'attn_d']
+CPT_VARIANTS = ['orig', 'sw', 'wd', 'no_wd', 'pn_d', 'pl_d', 'vpad', 'pl_d_p0.2', 'vpad_p0.2',
+                'attn_d']
 PARTS = {  # part -> (kind, train.py arguments, variants)
     'lm_nope': ('lm', LM + ['--pos_encoding=nope'], list(VARIANTS)),
     'lm_sw': ('lm', LM + SW(4, 32), CORE),
@@ -174,46 +200,54 @@ PARTS = {  # part -> (kind, train.py arguments, variants)
     'needle_nope': ('task', NEEDLE + ['--pos_encoding=nope'], CORE[:5]),
     'needle_sw': ('task', NEEDLE + SW(2, 16), CORE[:5]),
     'lm_mamba': ('lm', LM + MAMBA, CORE[:5]),
-    # 32-byte windows, where a one-seed probe saw the gap beyond the length grow; WD, no-WD and PN-D (the
-    # paper's Mamba2 dropout) only, for time
+    # 32-byte windows, where a one-seed probe saw the gap beyond the length grow; WD, no-WD and PN-D
+    # (the paper's Mamba2 dropout) only, for time
     'lm_mamba_32': ('lm', LM + MAMBA + ['--block_size=32', '--batch_size=128'], CORE[:3]),
-    'copy_mamba': ('task', ['configs/copy_mamba.py', '--eval_interval=100000', '--task_eval_samples=20',
-                            '--ckpt_interval=50'], CORE[:4]),
+    'copy_mamba': ('task', ['configs/copy_mamba.py', '--eval_interval=100000',
+                            '--task_eval_samples=20', '--ckpt_interval=50'], CORE[:4]),
     'cpt_sw': ('lm', CPT('cpt_sw', 2e-4, 400, 10), CPT_VARIANTS),
-    'cpt_sw_needle': ('task', CPT('cpt_sw_needle', 3e-4, 800, 20), [v for v in CPT_VARIANTS if 'p0.2' not in v]),
+    'cpt_sw_needle': ('task', CPT('cpt_sw_needle', 3e-4, 800, 20),
+                      [v for v in CPT_VARIANTS if 'p0.2' not in v]),
     # not in the default list: Tables 1 and 5 with retrieval learned in phase 1 (docs/study.md)
     'cpt_niah': ('lm', CPT('cpt_niah', 2e-4, 600, 20),
                  ['orig', 'sw', 'wd', 'no_wd', 'pn_d', 'pl_d', 'pl_d_p0.2', 'vpad', 'attn_d']),
-    'cpt_niah_mamba': ('lm', CPT('cpt_niah_mamba', 2e-4, 600, 20), ['orig', 'wd', 'no_wd', 'pn_d_p0.2']),
+    'cpt_niah_mamba': ('lm', CPT('cpt_niah_mamba', 2e-4, 600, 20),
+                       ['orig', 'wd', 'no_wd', 'pn_d_p0.2']),
     'methods': ('lm', LM + ['--pos_encoding=rope'], ['no_wd', 'pl_d', 'vpad', *METHOD_ROWS]),
-    # the methods on retrieval and the two probes, each task with the positions it asks about (tasks.py):
-    # learned ones cannot be scored beyond their table, so only on the delay copy (whose length is fixed)
-    'methods_needle': ('task', NEEDLE + ['--pos_encoding=rope'], ['no_wd', 'pl_d', *METHOD_ROWS, 'nope']),
-    'methods_offset': ('task', ['configs/offset.py', *PROBE], ['no_wd', 'pl_d', *METHOD_ROWS, 'nope', 'alibi']),
+    # the methods on retrieval and the two probes, each task with the positions it asks about
+    # (tasks.py): learned ones cannot be scored beyond their table, so only on the delay copy (whose
+    # length is fixed)
+    'methods_needle': ('task', NEEDLE + ['--pos_encoding=rope'],
+                       ['no_wd', 'pl_d', *METHOD_ROWS, 'nope']),
+    'methods_offset': ('task', ['configs/offset.py', *PROBE],
+                       ['no_wd', 'pl_d', *METHOD_ROWS, 'nope', 'alibi']),
     'methods_delay': ('task', ['configs/delay_copy.py', *PROBE],
                       ['no_wd', 'pl_d', *METHOD_ROWS, 'nope', 'alibi', 'learned']),
 }
 TINY = {'lm': ['--n_layer=4', '--n_embd=32', '--n_head=2', '--block_size=64', '--max_tokens=81920',
                '--ckpt_interval=2', '--eval_iters=2'],  # 20 steps
-        'task': ['--n_layer=2', '--n_embd=32', '--n_head=2', '--max_tokens=40960', '--ckpt_interval=2',
-                 '--eval_iters=2', '--task_eval_samples=4']}
+        'task': ['--n_layer=2', '--n_embd=32', '--n_head=2', '--max_tokens=40960',
+                 '--ckpt_interval=2', '--eval_iters=2', '--task_eval_samples=4']}
 # the NIAH parts' 256-byte windows (the mixture's) and 4K evaluations: 8 steps, and no more
 # NIAH-1 than one prompt per length at the final checkpoint (evaluate)
 TINY.update(dict.fromkeys(NIAH_PARTS, ['--n_embd=16', '--n_head=1', '--tokens_per_batch=1024',
                                        '--batch_size=4', '--max_tokens=8192', '--ckpt_interval=4',
                                        '--eval_iters=2']))
 TINY['cpt_niah_mamba'] = TINY['cpt_niah'] + ['--n_layer=2']
-FRACTIONS = (0.15, 0.3, 0.45, 0.6, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0)  # checkpoints evaluated, as fractions of training
+# the checkpoints evaluated, as fractions of training
+FRACTIONS = (0.15, 0.3, 0.45, 0.6, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0)
 ANNEAL_START = 0.8  # the WSD anneal of both configs starts here (anneal_frac = 0.2)
 AVERAGE_K = 5  # checkpoint averaging: the last K checkpoints of the stable phase, and of the anneal
-BANDS = ('in', '1-2x', '2-4x', '4-8x', '8-16x')  # in: positions (T/2, T], with long context inside the training length
+# in: positions (T/2, T], with long context inside the training length
+BANDS = ('in', '1-2x', '2-4x', '4-8x', '8-16x')
 EVAL_WINDOWS, ENTROPY_WINDOWS = 16, 4  # lm: validation windows of 16x the training length
 if tiny:  # the tests: the pipeline, not the numbers
     EVAL_WINDOWS, ENTROPY_WINDOWS = 2, 1
 TASK_SAMPLES = 100  # needle: held-out samples per length
 NIAH_SAMPLES = 1 if tiny else 20  # NIAH-1 prompts per length (eval_niah.py's), at 1x to 16x
 NIAH_TASK = 'niah_single_1_short'  # (ruler.py) scored as eval_niah.py --task=niah_single_1_short
-NIAH_NEW = ruler.TOKENS_TO_GENERATE[ruler.TASKS[NIAH_TASK][0]]  # tokens an answer may take (eot ends it)
+# the tokens an answer may take (eot ends it)
+NIAH_NEW = ruler.TOKENS_TO_GENERATE[ruler.TASKS[NIAH_TASK][0]]
 
 
 def run_dir(part, variant, seed):
@@ -235,7 +269,8 @@ def train(part, variant, seed, threads):
         return None
     env = {**os.environ, 'OMP_NUM_THREADS': str(threads)}
     os.makedirs(d, exist_ok=True)
-    if variant not in VIEWS and not os.path.exists(os.path.join(d, 'done')):  # a view trains nothing
+    # a view trains nothing
+    if variant not in VIEWS and not os.path.exists(os.path.join(d, 'done')):
         resume = checkpoint.steps(d) and checkpoint.steps(d, 'optim')
         if not resume:
             shutil.rmtree(d, ignore_errors=True)
@@ -243,21 +278,25 @@ def train(part, variant, seed, threads):
         args, start, from_source = [*PARTS[part][1], *VARIANTS.get(variant, [])], 'scratch', []
         if variant == 'orig':  # phase 1 of continued pre-training, with WD
             args = [*PHASE1[part][0], *VARIANTS['wd']]
-        elif source(part, variant):  # CPT from its source's final checkpoint (trained first: see below)
+        elif source(part, variant):  # CPT from its source's final checkpoint (trained first)
             src = run_dir(part, source(part, variant), seed)
             start = checkpoint.step_path(src, checkpoint.steps(src)[-1])
-            if variant in SOURCES:  # as the CPT parts: a tenth of the source's learning rate, 100 of its steps
-                c = checkpoint.load_any(start)['config']  # (100 steps in the tiny runs too: after TINY)
+            # as the CPT parts: a tenth of the source's learning rate, 100 of its steps (100 in the
+            # tiny runs too: after TINY)
+            if variant in SOURCES:
+                c = checkpoint.load_any(start)['config']
                 from_source = [f"--learning_rate={c['learning_rate'] / 10}",
                                f"--max_tokens={100 * c['tokens_per_batch']}"]
-        cmd = [sys.executable, 'train.py', *args, *(TINY.get(part, TINY[PARTS[part][0]]) if tiny else []), *from_source,
-               f'--seed={seed}', f'--out_dir={d}', '--device=cpu', '--init_from=' + ('resume' if resume else start)]
+        cmd = [sys.executable, 'train.py', *args,
+               *(TINY.get(part, TINY[PARTS[part][0]]) if tiny else []), *from_source,
+               f'--seed={seed}', f'--out_dir={d}', '--device=cpu',
+               '--init_from=' + ('resume' if resume else start)]
         with open(os.path.join(d, 'train.log'), 'a') as log:
             if subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env).returncode:
                 return f"{' '.join(cmd)}\n" + open(log.name).read()[-2000:]
         open(os.path.join(d, 'done'), 'w').close()
-    cmd = [sys.executable, '-m', 'tools.study', f'--out={out}', f'--eval_run={part}/{variant}/s{seed}',
-           f'--tiny={tiny}']
+    cmd = [sys.executable, '-m', 'tools.study', f'--out={out}',
+           f'--eval_run={part}/{variant}/s{seed}', f'--tiny={tiny}']
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     return f"{' '.join(cmd)}\n{r.stdout[-1000:]}{r.stderr[-2000:]}" if r.returncode else None
 
@@ -267,7 +306,8 @@ def train(part, variant, seed, threads):
 
 def lm_measures(net, windows, T, entropy=True):
     """Per-position CE on windows (n, 16T + 1): its mean per band of the training length T and the
-    curve (a moving average of T/4, every T/8 positions); a transformer's attention entropy per layer likewise."""
+    curve (a moving average of T/4, every T/8 positions); a transformer's attention entropy per
+    layer likewise."""
     total, n = loss_curve(net, windows, windows.size(1) - 1, 'cpu')
     curve = total / n  # (16T,)
     edges = [T // 2, T, 2 * T, 4 * T, 8 * T, 16 * T]
@@ -288,8 +328,9 @@ def task_measures(net, task, lengths, seed):
 
 
 def niah_measures(net, tokenizer, T):
-    """NIAH-1 as eval_niah.py --task=niah_single_1_short scores it (prompts at seed 42, greedy answers,
-    string match) at T to 16T tokens -> {'niah': {length: the fraction of NIAH_SAMPLES found}}."""
+    """NIAH-1 as eval_niah.py --task=niah_single_1_short scores it (prompts at seed 42, greedy
+    answers, string match) at T to 16T tokens -> {'niah': {length: the fraction of NIAH_SAMPLES
+    found}}."""
     data, sizes, acc = ruler.Data(say=lambda *args: None), {}, {}
     for L in (T, 2 * T, 4 * T, 8 * T, 16 * T):
         found = 0.0
@@ -302,12 +343,15 @@ def niah_measures(net, tokenizer, T):
 
 
 def evaluate(part, variant, seed):
-    """The measures of one run at the checkpoints FRACTIONS of the way through its training, and of
-    the averages of its last AVERAGE_K checkpoints of the stable phase and of the anneal (of the last
-    K = 10, 20, 30 for a CPT run, Table 12) -> eval.json. A view: its source's checkpoints, with its model arguments."""
+    """The measures of one run at the checkpoints FRACTIONS of the way through its training, and
+    of the averages of its last AVERAGE_K checkpoints of the stable phase and of the anneal (of the
+    last K = 10, 20, 30 for a CPT run, Table 12) -> eval.json. A view: its source's checkpoints,
+    with its model arguments."""
     kind, d = PARTS[part][0], run_dir(part, variant, seed)
     src = run_dir(part, VIEWS[variant][0], seed) if variant in VIEWS else d
-    overrides = ({'window': PHASE1[part][1]} if variant == 'sw' else VIEWS[variant][1]) if variant in VIEWS else {}
+    overrides = {}
+    if variant in VIEWS:
+        overrides = {'window': PHASE1[part][1]} if variant == 'sw' else VIEWS[variant][1]
     steps = checkpoint.steps(src)
     nearest = lambda f: min(steps, key=lambda s: abs(s - f * steps[-1]))  # noqa: E731
     stable_end = nearest(ANNEAL_START)
@@ -318,34 +362,41 @@ def evaluate(part, variant, seed):
         T = cfg['block_size']
         n = 1 if tiny and part in NIAH_PARTS else EVAL_WINDOWS  # (the tests: one of 4K tokens)
         windows = TokenData(cfg['data_dir'], 'val').long_windows(16 * T, n)  # (n, 16T + 1)
-        # the entropy of 4K-token windows of 8 layers costs more than the rest: not for the NIAH parts
+        # the entropy of 4K-token windows of 8 layers costs more than the rest: not for NIAH parts
         attends = ckpt['model_type'] == 'transformer' and part not in NIAH_PARTS
-        measure = lambda entropy=True: lm_measures(net, windows, T, entropy and attends)  # noqa: E731
-        if part in NIAH_PARTS:  # and retrieval, learned in phase 1
+        measure = lambda entropy=True: lm_measures(  # noqa: E731
+            net, windows, T, entropy and attends)
+        if part in NIAH_PARTS:  # and retrieval, learned in phase 1 (the tests: at the end only)
             tokenizer, lm = Tokenizer(TokenData(cfg['data_dir'], 'val').meta['tokenizer']), measure
-            measure = lambda entropy=True, niah=True: {  # noqa: E731  (the tests: NIAH-1 at the end only)
+            measure = lambda entropy=True, niah=True: {  # noqa: E731
                 **lm(entropy), **(niah_measures(net, tokenizer, T) if niah else {})}
     else:
         T = cfg['task_max_len']
         task = tasks.from_config(cfg)
-        measure = lambda entropy=True: task_measures(net, task, cfg['eval_lengths'], cfg['seed'])  # noqa: E731
+        measure = lambda entropy=True: task_measures(  # noqa: E731
+            net, task, cfg['eval_lengths'], cfg['seed'])
     result = {'train_length': T, 'final': steps[-1], 'stable_end': stable_end, 'steps': {}}
     for s in tqdm(picked, desc=d, leave=False):
         net.load_state_dict(checkpoint.load_any(checkpoint.step_path(src, s))['model'])
-        result['steps'][str(s)] = measure(niah=s == steps[-1] or not tiny) if part in NIAH_PARTS else measure()
-    groups = ({f'avg_{K}': steps[-K:] for K in (10, 20, 30)} if part in PHASE1 and variant not in ('orig', 'sw') else
-              {name: [s for s in steps if s <= last][-AVERAGE_K:] for name, last in (('avg_stable', stable_end),
-                                                                                     ('avg_anneal', steps[-1]))})
+        niah = {'niah': s == steps[-1] or not tiny} if part in NIAH_PARTS else {}
+        result['steps'][str(s)] = measure(**niah)
+    if part in PHASE1 and variant not in ('orig', 'sw'):
+        groups = {f'avg_{K}': steps[-K:] for K in (10, 20, 30)}
+    else:
+        groups = {name: [s for s in steps if s <= last][-AVERAGE_K:]
+                  for name, last in (('avg_stable', stable_end), ('avg_anneal', steps[-1]))}
     for name, group in groups.items():
         net.load_state_dict(average_ckpts.average([checkpoint.step_path(src, s) for s in group]))
         result[name] = measure(entropy=False, **({'niah': not tiny} if part in NIAH_PARTS else {}))
     if kind == 'lm' and cfg['dropout_type'] in ('pre_linear', 'vpad'):
         net.load_state_dict(ckpt['model'])
         torch.manual_seed(0)
-        rows = variance_mismatch(net, TokenData(cfg['data_dir'], 'val').batch(8, T, batch_rng(0, 1))[0])
+        batch = TokenData(cfg['data_dir'], 'val').batch(8, T, batch_rng(0, 1))[0]
+        rows = variance_mismatch(net, batch)
         layers = sorted({r['layer'] for r in rows})
-        result['probe'] = {'rel_err': [mean(abs(r['rel_err']) for r in rows if r['layer'] == i) for i in layers],
-                           'r': [mean(r['r'] for r in rows if r['layer'] == i) for i in layers]}
+        result['probe'] = {
+            'rel_err': [mean(abs(r['rel_err']) for r in rows if r['layer'] == i) for i in layers],
+            'r': [mean(r['r'] for r in rows if r['layer'] == i) for i in layers]}
     with open(os.path.join(d, 'eval.json.tmp'), 'w') as f:
         json.dump(result, f)
     os.replace(os.path.join(d, 'eval.json.tmp'), os.path.join(d, 'eval.json'))
@@ -358,29 +409,33 @@ if eval_run:
 
 # -----------------------------------------------------------------------------
 # 1. train and evaluate every run
-unknown = [p for p in parts if p not in PARTS] + [v for v in variants if v not in (*VARIANTS, *VIEWS, 'orig')]
+unknown = ([p for p in parts if p not in PARTS]
+           + [v for v in variants if v not in (*VARIANTS, *VIEWS, 'orig')])
 if unknown:
     raise SystemExit(f"unknown parts or variants {unknown}: choose from {list(PARTS)} and "
                      f"{[*VARIANTS, *VIEWS, 'orig']}")
 if report:  # the parts, variants and seeds the results hold; nothing to train
     if not os.path.exists(report):
-        raise SystemExit(f"no results at {report}: give a study's results.json (assets/study_*results.json)")
+        raise SystemExit(f"no results at {report}: give a study's results.json "
+                         "(assets/study_*results.json)")
     results = json.load(open(report))
     parts, seeds = list(results['parts']), results['seeds']
     variants = [v for p in parts for v in results['parts'][p]]
     os.makedirs(out, exist_ok=True)
 if variants:  # a row keeps the row whose checkpoints it needs (a CPT part its phase 1)
-    PARTS = {p: (kind, args, [v for v in vs if v in variants or v in {source(p, w) for w in variants}])
+    PARTS = {p: (kind, args,
+                 [v for v in vs if v in variants or v in {source(p, w) for w in variants}])
              for p, (kind, args, vs) in PARTS.items()}
 runs = [] if report else [(p, v, s) for p in parts for v in PARTS[p][2] for s in seeds]
 needed = {(p, source(p, v), s) for p, v, s in runs if source(p, v)}  # trained in a first wave
 pending = [r for r in runs if not os.path.exists(os.path.join(run_dir(*r), 'eval.json'))]
 threads = max(1, (os.cpu_count() or 2) // jobs)
 if runs:
-    print(f"{len(runs)} runs in {out}, {len(runs) - len(pending)} done; {len(pending)} to go, {jobs} at a "
-          f"time on {threads} thread(s) each")
+    print(f"{len(runs)} runs in {out}, {len(runs) - len(pending)} done; {len(pending)} to go, "
+          f"{jobs} at a time on {threads} thread(s) each")
 failed = []
-with ThreadPoolExecutor(jobs) as pool, tqdm(total=len(pending), unit='run', disable=not runs) as bar:
+bar = tqdm(total=len(pending), unit='run', disable=not runs)
+with ThreadPoolExecutor(jobs) as pool, bar:
     for wave in ([r for r in pending if r in needed], [r for r in pending if r not in needed]):
         for r, error in zip(wave, pool.map(lambda r: train(*r, threads), wave)):
             bar.update()
@@ -390,7 +445,8 @@ with ThreadPoolExecutor(jobs) as pool, tqdm(total=len(pending), unit='run', disa
         if failed:
             break
 if failed:
-    raise SystemExit(f"{len(failed)} runs failed (above); the others are kept: fix and rerun to resume")
+    raise SystemExit(f"{len(failed)} runs failed (above); the others are kept: fix and rerun to "
+                     "resume")
 
 
 # -----------------------------------------------------------------------------
@@ -415,15 +471,16 @@ def derive(e):
     for s, m in e['steps'].items():
         if int(s) != e['final']:  # the figures draw the entropy curve of the final checkpoint only
             m.pop('entropy_curve', None)
+    T = e['train_length']
     for m in [*e['steps'].values(), *(m for k, m in e.items() if k.startswith('avg_'))]:
         if 'bands' in m:
             m['rise'] = {b: x - m['bands']['in'] for b, x in m['bands'].items() if b != 'in'}
         if 'niah' in m:  # the reading rules' measures: Table 1's at 8-16x, Table 5's at 2x
-            T = e['train_length']
-            m['niah_far'], m['niah_2x'] = mean([m['niah'][str(8 * T)], m['niah'][str(16 * T)]]), m['niah'][str(2 * T)]
+            m['niah_far'] = mean([m['niah'][str(8 * T)], m['niah'][str(16 * T)]])
+            m['niah_2x'] = m['niah'][str(2 * T)]
         if 'accuracy' in m:
-            m['beyond'] = mean(a for L, a in m['accuracy'].items() if int(L) > e['train_length'])
-            m['token_beyond'] = mean(a for L, a in m['token_accuracy'].items() if int(L) > e['train_length'])
+            m['beyond'] = mean(a for L, a in m['accuracy'].items() if int(L) > T)
+            m['token_beyond'] = mean(a for L, a in m['token_accuracy'].items() if int(L) > T)
     if 'probe' in e:
         n = len(e['probe']['rel_err']) // 2
         e['probe_halves'] = [mean(e['probe']['rel_err'][:n]), mean(e['probe']['rel_err'][n:])]
@@ -447,10 +504,12 @@ MATCHED = [('no_wd', v) for v in [*VARIANTS, *VIEWS] if v not in ('no_wd', 'sw')
 
 def matched(runs_a, runs_b):
     """Matched fit, seed by seed: run b's final CE beyond the training length against run a's at
-    the same in-distribution CE (a's own checkpoints along training). None if a never had b's fit."""
+    the same in-distribution CE (a's own checkpoints along training). None if a never had b's
+    fit."""
     pairs = {}
     for band in ('4-8x', '8-16x'):
-        ys = [at_fit(a, b['steps'][str(b['final'])]['bands']['in'], band) for a, b in zip(runs_a, runs_b)]
+        ys = [at_fit(a, b['steps'][str(b['final'])]['bands']['in'], band)
+              for a, b in zip(runs_a, runs_b)]
         if None not in ys:
             pairs[band] = stats(ys)
     return pairs
@@ -486,22 +545,27 @@ def run_minutes(d):
 
 
 if not report:
-    evals = {p: {v: [derive(json.load(open(os.path.join(run_dir(p, v, s), 'eval.json')))) for s in seeds]
+    evals = {p: {v: [derive(json.load(open(os.path.join(run_dir(p, v, s), 'eval.json'))))
+                     for s in seeds]
                  for v in PARTS[p][2]} for p in parts}
-    results = compact({'seeds': seeds, 'parts': {p: {v: gather(e) for v, e in evals[p].items()} for p in parts},
-                       'matched': {p: {f'{a}|{b}': matched(evals[p][a], evals[p][b]) for a, b in MATCHED
-                                       if a in evals[p] and b in evals[p]} for p in parts if PARTS[p][0] == 'lm'},
-                       'minutes': {p: {v: [run_minutes(run_dir(p, v, s)) for s in seeds]
-                                       for v in PARTS[p][2]} for p in parts}})
+    results = compact({
+        'seeds': seeds,
+        'parts': {p: {v: gather(e) for v, e in evals[p].items()} for p in parts},
+        'matched': {p: {f'{a}|{b}': matched(evals[p][a], evals[p][b])
+                        for a, b in MATCHED if a in evals[p] and b in evals[p]}
+                    for p in parts if PARTS[p][0] == 'lm'},
+        'minutes': {p: {v: [run_minutes(run_dir(p, v, s)) for s in seeds] for v in PARTS[p][2]}
+                    for p in parts}})
     with open(os.path.join(out, 'results.json.tmp'), 'w') as f:
         json.dump(results, f)
     os.replace(os.path.join(out, 'results.json.tmp'), os.path.join(out, 'results.json'))
     print(f"wrote {out}/results.json")
-else:  # results kept before the fraction of right tokens beyond 1x was: made from its seeds' numbers
+else:  # results kept before the right tokens beyond 1x were measured: made from the seeds' numbers
     for r in (r for rows in results['parts'].values() for r in rows.values()):
         for m in [*r['steps'].values(), *(m for k, m in r.items() if k.startswith('avg_'))]:
             if 'token_accuracy' in m and 'token_beyond' not in m:
-                far = [a['seeds'] for L, a in m['token_accuracy'].items() if int(L) > r['train_length']['mean']]
+                far = [a['seeds'] for L, a in m['token_accuracy'].items()
+                       if int(L) > r['train_length']['mean']]
                 m['token_beyond'] = stats([mean(x) for x in zip(*far)])
 
 
@@ -524,13 +588,15 @@ def verdict(a, b, lower_is_better, cells=True):
 
 
 P, M = results['parts'], results['matched']
-inside = lambda p: '-'.join(str(int(next(iter(P[p].values()))['train_length']['mean']) // d)  # noqa: E731
-                             for d in (2, 1))  # the in-distribution band: the second half of the training length
-final = lambda r: r['steps'][str(int(r['final']['mean']))]  # noqa: E731  (every seed has the same steps)
-# what a part is measured by: (name, the value from one checkpoint's measures, lower is better)
+# the in-distribution band: the second half of the training length
+inside = lambda p: '-'.join(  # noqa: E731
+    str(int(next(iter(P[p].values()))['train_length']['mean']) // d) for d in (2, 1))
+final = lambda r: r['steps'][str(int(r['final']['mean']))]  # noqa: E731  (seeds share their steps)
+# what a part is measured by: (name, the value from one checkpoint's measures, lower is better);
+# a task by exact match, and by the right tokens, which move at 0
 MEASURES = {'lm': [('CE 8-16x', lambda m: m['bands']['8-16x'], True)],
-            'task': [('accuracy beyond 1x', lambda m: m['beyond'], False),  # exact match; and the right tokens,
-                     ('token accuracy beyond 1x', lambda m: m['token_beyond'], False)]}  # which move at 0
+            'task': [('accuracy beyond 1x', lambda m: m['beyond'], False),
+                     ('token accuracy beyond 1x', lambda m: m['token_beyond'], False)]}
 AVERAGED = {'avg_stable': 'its average of the last 5 of the stable phase',
             'avg_anneal': 'its average of the last 5 of the anneal',
             **{f'avg_{K}': f'its average of the last {K} of CPT' for K in (10, 20, 30)}}
@@ -564,55 +630,69 @@ RULES = {'cpt_niah': ('niah_far', 'pl_d', ('orig', 'sw'), 'Table 1'),
 
 def measures(p):
     """The measures a part's claims are read by: MEASURES, and the reading rules' NIAH-1 measure."""
-    extra = {'cpt_niah': ('NIAH-1 at 8-16x', lambda m: m.get('niah_far'), False),  # None: not measured
+    # (None: not measured)
+    extra = {'cpt_niah': ('NIAH-1 at 8-16x', lambda m: m.get('niah_far'), False),
              'cpt_niah_mamba': ('NIAH-1 at 2x', lambda m: m.get('niah_2x'), False)}
     return MEASURES[PARTS[p][0]] + ([extra[p]] if p in extra else [])
 
 
 SETTINGS = {'': 'p = 0.1', '_p0.05': 'p = 0.05', '_p0.2': 'p = 0.2'}
-CLAIMS = [('wd', 'no_wd', 'WD over-fits the training length: no-WD better than WD', 'Fig. 1 (from scratch)'),
-          *[('no_wd', f'{v}{s}', f'dropout helps extrapolation: {NAMES[f"{v}{s}"]} better than no-WD',
-             f'Table 11: {paper}') for s in SETTINGS for v, paper in
-            (('pn_d', 'PN-D ~ WD'), ('pl_d', 'PL-D >> WD'), ('vpad', 'VPAD >> WD')) if f'{v}{s}' in VARIANTS],
-          *[(f'pn_d{s}', f'pl_d{s}', f'pre-linear beats pre-norm dropout, {SETTINGS[s]}: PL-D better than PN-D',
-             'RULER 8K: PN-D 7.72 vs PL-D 20.11 (Table 10)') for s in SETTINGS],
-          *[(f'pl_d{s}', f'vpad{s}', f'VPAD beats pre-linear dropout, {SETTINGS[s]}: VPAD better than PL-D',
-             'RULER 8K: PL-D 20.11 vs VPAD 21.64 (Table 10)') for s in SETTINGS],
-          ('vpad', 'vpad_b', 'VPAD-B (per feature) vs VPAD-A (per token)', 'not in the paper (our reconstructions)'),
-          # continued pre-training into sliding windows (Table 1: NIAH-1 at 2x, 4K trained)
-          ('orig', 'sw', 'windows alone: SW without CPT better than Orig.', 'Table 1: Orig. 0.0, SW 0.0', 'CPT'),
-          ('sw', 'wd', 'CPT with WD: better than SW without CPT', 'Table 1: SW 0.0, CPT WD 0.0', 'CPT'),
-          *[('wd', v, f'SW CPT with dropout extrapolates: {NAMES[v]} better than WD', 'Table 1: WD 0.0, dropout ~100',
-             'CPT')
-            for v in ('pn_d', 'pl_d', 'vpad', 'pl_d_p0.2', 'vpad_p0.2')],
-          ('wd', 'pn_d_p0.2', 'Mamba2 CPT with dropout extrapolates: PN-D p=0.2 better than WD',
-           'Table 5: WD 0.0, PN-D p=0.2 11.8 at 2x', 'CPT'),
-          ('no_wd', 'attn_d', 'attention dropout helps: Attn-D better than no-WD', 'Tables 9, 10 (rows lost)'),
-          ('attn_d', 'pl_d', 'attention dropout helps less than PL-D: PL-D better than Attn-D', 'Tables 9, 10'),
-          # the field's methods (docs/methods.md): does a method help, and does PL-D add to it or replace it?
-          *[('no_wd', m, f'{NAMES[m]} helps: better than no-WD (nothing)', 'its own paper') for m in METHODS],
-          *[(m, f'{m}_pl_d', f'PL-D adds to {NAMES[m]}: {NAMES[m]} + PL-D better than {NAMES[m]}', 'not in the paper')
-            for m in METHODS],
-          *[('pl_d', m, f'{NAMES[m]} instead of PL-D: {NAMES[m]} better than PL-D', 'not in the paper')
-            for m in METHODS]]
+CLAIMS = [
+    ('wd', 'no_wd', 'WD over-fits the training length: no-WD better than WD',
+     'Fig. 1 (from scratch)'),
+    *[('no_wd', f'{v}{s}', f'dropout helps extrapolation: {NAMES[f"{v}{s}"]} better than no-WD',
+       f'Table 11: {paper}')
+      for s in SETTINGS
+      for v, paper in (('pn_d', 'PN-D ~ WD'), ('pl_d', 'PL-D >> WD'), ('vpad', 'VPAD >> WD'))
+      if f'{v}{s}' in VARIANTS],
+    *[(f'pn_d{s}', f'pl_d{s}',
+       f'pre-linear beats pre-norm dropout, {SETTINGS[s]}: PL-D better than PN-D',
+       'RULER 8K: PN-D 7.72 vs PL-D 20.11 (Table 10)') for s in SETTINGS],
+    *[(f'pl_d{s}', f'vpad{s}',
+       f'VPAD beats pre-linear dropout, {SETTINGS[s]}: VPAD better than PL-D',
+       'RULER 8K: PL-D 20.11 vs VPAD 21.64 (Table 10)') for s in SETTINGS],
+    ('vpad', 'vpad_b', 'VPAD-B (per feature) vs VPAD-A (per token)',
+     'not in the paper (our reconstructions)'),
+    # continued pre-training into sliding windows (Table 1: NIAH-1 at 2x, 4K trained)
+    ('orig', 'sw', 'windows alone: SW without CPT better than Orig.', 'Table 1: Orig. 0.0, SW 0.0',
+     'CPT'),
+    ('sw', 'wd', 'CPT with WD: better than SW without CPT', 'Table 1: SW 0.0, CPT WD 0.0', 'CPT'),
+    *[('wd', v, f'SW CPT with dropout extrapolates: {NAMES[v]} better than WD',
+       'Table 1: WD 0.0, dropout ~100', 'CPT')
+      for v in ('pn_d', 'pl_d', 'vpad', 'pl_d_p0.2', 'vpad_p0.2')],
+    ('wd', 'pn_d_p0.2', 'Mamba2 CPT with dropout extrapolates: PN-D p=0.2 better than WD',
+     'Table 5: WD 0.0, PN-D p=0.2 11.8 at 2x', 'CPT'),
+    ('no_wd', 'attn_d', 'attention dropout helps: Attn-D better than no-WD',
+     'Tables 9, 10 (rows lost)'),
+    ('attn_d', 'pl_d', 'attention dropout helps less than PL-D: PL-D better than Attn-D',
+     'Tables 9, 10'),
+    # the field's methods (docs/methods.md): does a method help, and does PL-D add to or replace it?
+    *[('no_wd', m, f'{NAMES[m]} helps: better than no-WD (nothing)', 'its own paper')
+      for m in METHODS],
+    *[(m, f'{m}_pl_d', f'PL-D adds to {NAMES[m]}: {NAMES[m]} + PL-D better than {NAMES[m]}',
+       'not in the paper') for m in METHODS],
+    *[('pl_d', m, f'{NAMES[m]} instead of PL-D: {NAMES[m]} better than PL-D', 'not in the paper')
+      for m in METHODS]]
 HEAD = ["| claim | part, measure | paper | baseline | second | second better by, per seed "
         "| mean [95% t-interval] | verdict |", "|---|---|---|---|---|---|---|---|"]
-lines = [f"Every number: mean ± std over {len(seeds)} seeds ({', '.join(map(str, seeds))}), at the final checkpoint "
-         f"unless named. Every comparison is paired, seed by seed (the seeds of two variants share their "
-         f"initial weights and batches): the second's gain over the baseline per seed, its mean and the 95% "
-         f"t-interval of the mean; the verdict *holds* when the interval lies above 0, *reversed* when below, "
-         f"else *does not hold* (within the seeds' spread); *(every seed better)* or *(every seed worse)* "
-         f"when all seeds agree "
-         f"(tools/verdict.py). *not shown*: the part does not show the claim's premise (its baseline, or for "
-         f"CPT Orig. and SW without CPT, does not fail beyond the training length: `fails` in tools/study.py), "
-         f"so the claim is not tested there. Each claim is read against every baseline the runs have: the "
-         f"baseline's final checkpoint; on language, its own checkpoint along training with the second's "
-         f"in-distribution CE (the second half of the training length, interpolated: *matched fit*); its "
-         f"averaged checkpoints (their in-distribution CE beside them). The first table gives, per claim, the "
-         f"verdict against the final checkpoint and against the strongest baseline (the best of them at the "
-         f"measure). Made by `python -m tools.study` from {report or out + '/results.json'}.", '',
-         '| claim | part, measure | paper | verdict against the final checkpoint | the strongest baseline '
-         '| verdict against it |', '|---|---|---|---|---|---|']
+lines = [f"Every number: mean ± std over {len(seeds)} seeds ({', '.join(map(str, seeds))}), at the "
+         f"final checkpoint unless named. Every comparison is paired, seed by seed (the seeds of "
+         f"two variants share their initial weights and batches): the second's gain over the "
+         f"baseline per seed, its mean and the 95% t-interval of the mean; the verdict *holds* "
+         f"when the interval lies above 0, *reversed* when below, else *does not hold* (within the "
+         f"seeds' spread); *(every seed better)* or *(every seed worse)* when all seeds agree "
+         f"(tools/verdict.py). *not shown*: the part does not show the claim's premise (its "
+         f"baseline, or for CPT Orig. and SW without CPT, does not fail beyond the training "
+         f"length: `fails` in tools/study.py), so the claim is not tested there. Each claim is "
+         f"read against every baseline the runs have: the baseline's final checkpoint; on "
+         f"language, its own checkpoint along training with the second's in-distribution CE (the "
+         f"second half of the training length, interpolated: *matched fit*); its averaged "
+         f"checkpoints (their in-distribution CE beside them). The first table gives, per claim, "
+         f"the verdict against the final checkpoint and against the strongest baseline (the best "
+         f"of them at the measure). Made by `python -m tools.study` from "
+         f"{report or out + '/results.json'}.", '',
+         '| claim | part, measure | paper | verdict against the final checkpoint '
+         '| the strongest baseline | verdict against it |', '|---|---|---|---|---|---|']
 detail = []
 for a, b, claim, paper, *cpt in CLAIMS:  # cpt: a claim about CPT, made of the CPT parts only
     for p in (p for p in parts if a in P[p] and b in P[p] and (p in PHASE1 or not cpt)):
@@ -626,16 +706,19 @@ for a, b, claim, paper, *cpt in CLAIMS:  # cpt: a claim about CPT, made of the C
                 bases.append((f"{NAMES[a]} at {NAMES[b]}'s fit", m))
             elif f'{a}|{b}' in M.get(p, {}):
                 bases.append((f"{NAMES[a]} never had {NAMES[b]}'s fit", None))
-            bases += [(f"{NAMES[a]}, {AVERAGED[k]} (in {fmt(P[p][a][k]['bands']['in'])})" if 'bands' in P[p][a][k]
-                       else f"{NAMES[a]}, {AVERAGED[k]}", get(P[p][a][k])) for k in P[p][a] if k in AVERAGED]
+            for k in (k for k in P[p][a] if k in AVERAGED):
+                fit = f" (in {fmt(P[p][a][k]['bands']['in'])})" if 'bands' in P[p][a][k] else ''
+                bases.append((f"{NAMES[a]}, {AVERAGED[k]}{fit}", get(P[p][a][k])))
             for base, x in bases:
-                cells = f"{fmt(x)} | {NAMES[b]} {fmt(y)} | {verdict(x, y, lower)}" if x else '- | - | - | - | -'
+                cells = (f"{fmt(x)} | {NAMES[b]} {fmt(y)} | {verdict(x, y, lower)}" if x
+                         else '- | - | - | - | -')
                 detail.append(f"| {claim} | {p}, {what} | {paper} | {base} {cells} |")
             scored = [(name, x) for name, x in bases if x]
             strongest = min(scored, key=lambda t: t[1]['mean'] * (1 if lower else -1))
-            shown = lambda x: verdict(x, y, lower, cells=False) if premise else 'not shown'  # noqa: E731
-            lines.append(f"| {claim} | {p}, {what} | {paper} | {shown(bases[0][1])} | {strongest[0]} "
-                         f"{fmt(strongest[1])} | {shown(strongest[1])} |")
+            shown = lambda x: (  # noqa: E731
+                verdict(x, y, lower, cells=False) if premise else 'not shown')
+            lines.append(f"| {claim} | {p}, {what} | {paper} | {shown(bases[0][1])} "
+                         f"| {strongest[0]} {fmt(strongest[1])} | {shown(strongest[1])} |")
 for p in (p for p in parts if p in RULES):  # the outcome by the reading rules
     key, v, failing, table = RULES[p]
     if not {*failing, 'wd', v} <= set(P[p]):  # a pilot, or a part run in pieces
@@ -646,7 +729,8 @@ for p in (p for p in parts if p in RULES):  # the outcome by the reading rules
     premise = all(last[r][key]['mean'] < 0.3 * last['orig']['niah'][T]['mean'] for r in failing)
     wd_fails = last['wd'][key]['mean'] < 0.5 * last['wd']['niah'][T]['mean']
     beats = paired(last['wd'][key]['seeds'], last[v][key]['seeds'], False)['verdict'] == 'holds'
-    outcome = 'not shown' if not premise else 'reproduced' if wd_fails and beats else 'not reproduced'
+    outcome = ('not shown' if not premise else 'reproduced' if wd_fails and beats
+               else 'not reproduced')
     lines += ['', f"**{table} in small ({p})**, by the reading rules fixed before the runs "
               f"(docs/study.md): **{outcome}**. Premise, under 30% of Orig.'s 1x accuracy "
               f"({last['orig']['niah'][T]['mean']:.2f}): " + ', '.join(
@@ -654,11 +738,13 @@ for p in (p for p in parts if p in RULES):  # the outcome by the reading rules
               f"; WD-CPT {last['wd'][key]['mean']:.2f} against half its own 1x accuracy "
               f"({last['wd']['niah'][T]['mean'] / 2:.2f}); {NAMES[v]} against WD: "
               f"{verdict(last['wd'][key], last[v][key], False, cells=False)}."]
-lines += ['', 'Every comparison behind the table above, against each baseline:', '', *HEAD, *detail, '',
-          'Checkpoint averaging (Table 12) and the variance mismatch (Figure 3), paired the same way:', '', *HEAD]
+lines += ['', 'Every comparison behind the table above, against each baseline:', '', *HEAD,
+          *detail, '', 'Checkpoint averaging (Table 12) and the variance mismatch (Figure 3), '
+          'paired the same way:', '', *HEAD]
 AVERAGES = {name: (step, f'the last {AVERAGE_K} of the {what}', 41.2) for name, step, what in
             (('avg_anneal', 'final', 'anneal'), ('avg_stable', 'stable_end', 'stable phase'))}
-AVERAGES.update({f'avg_{K}': ('final', f'the last {K} of CPT', x) for K, x in ((10, 41.2), (20, 66.4), (30, 68.2))})
+AVERAGES.update({f'avg_{K}': ('final', f'the last {K} of CPT', x)
+                 for K, x in ((10, 41.2), (20, 66.4), (30, 68.2))})
 for p in parts:
     for v in ('wd', 'no_wd', 'vpad', 'pl_d') if p in PHASE1 else ('wd', 'no_wd', 'vpad'):
         if v in P[p]:
@@ -666,39 +752,46 @@ for p in parts:
             for name, (step, avg, paper) in ((n, a) for n, a in AVERAGES.items() if n in P[p][v]):
                 last, averaged_ = P[p][v]['steps'][str(int(P[p][v][step]['mean']))], P[p][v][name]
                 x, y = get(last), get(averaged_)
-                fit = (lambda r: f" (in {fmt(r['bands']['in'])})") if lower else (lambda r: '')  # noqa: E731
-                lines.append(f"| checkpoint averaging helps: {avg} | {p}, {what}, {NAMES[v]} | NIAH-1 8K: "
-                             f"0.0 -> {paper} (Table 12) | its last checkpoint {fmt(x)}{fit(last)} | averaged "
-                             f"{fmt(y)}{fit(averaged_)} | {verdict(x, y, lower)} |")
+                fit = lambda r: f" (in {fmt(r['bands']['in'])})" if lower else ''  # noqa: E731
+                lines.append(f"| checkpoint averaging helps: {avg} | {p}, {what}, {NAMES[v]} "
+                             f"| NIAH-1 8K: 0.0 -> {paper} (Table 12) | its last checkpoint "
+                             f"{fmt(x)}{fit(last)} | averaged {fmt(y)}{fit(averaged_)} "
+                             f"| {verdict(x, y, lower)} |")
 for p in (p for p in parts if 'pl_d' in P[p] and 'probe_halves' in P[p]['pl_d']):
     for v in (v for v in ('vpad', 'vpad_b') if v in P[p]):
         for i, which in enumerate(('first', 'second')):
             x, y = P[p]['pl_d']['probe_halves'][i], P[p][v]['probe_halves'][i]
-            lines.append(f"| VPAD reduces the pre-activation variance mismatch | {p}, {which} half of the layers | "
-                         f"PL-D {(0.29, 0.37)[i]} vs VPAD {(0.09, 0.06)[i]} (Fig. 3) | PL-D {fmt(x)} | {NAMES[v]} "
-                         f"{fmt(y)} | {verdict(x, y, True)} |")
+            lines.append(f"| VPAD reduces the pre-activation variance mismatch | {p}, {which} "
+                         f"half of the layers | PL-D {(0.29, 0.37)[i]} vs VPAD "
+                         f"{(0.09, 0.06)[i]} (Fig. 3) | PL-D {fmt(x)} | {NAMES[v]} {fmt(y)} "
+                         f"| {verdict(x, y, True)} |")
 
 # the matched-fit control for every dropout variant against no-WD (the p sweep included)
 for p in (p for p in parts if PARTS[p][0] == 'lm' and 'no_wd' in P[p]):
-    lines += ['', f"**{p}**, matched fit: each variant's final checkpoint against no-WD's own checkpoint of the same "
-              f"in-distribution CE (CE {inside(p)})", '',
-              f'| variant | CE {inside(p)} | CE 4-8x | no-WD at that fit | CE 8-16x | no-WD at that fit '
-              '| better by, per seed (8-16x) | mean [95% t-interval] | verdict |',
+    lines += ['', f"**{p}**, matched fit: each variant's final checkpoint against no-WD's own "
+              f"checkpoint of the same in-distribution CE (CE {inside(p)})", '',
+              f'| variant | CE {inside(p)} | CE 4-8x | no-WD at that fit | CE 8-16x '
+              '| no-WD at that fit | better by, per seed (8-16x) | mean [95% t-interval] '
+              '| verdict |',
               '|---|---|---|---|---|---|---|---|---|']
     for v in (v for v in P[p] if f'no_wd|{v}' in M[p]):  # not the rows of a CPT part's phase 1
         r, m = final(P[p][v])['bands'], M[p][f'no_wd|{v}']
-        cells = [fmt(r['in'])] + [x for band in ('4-8x', '8-16x')
-                                  for x in (fmt(r[band]), fmt(m[band]) if band in m else 'never at that fit')]
+        cells = [fmt(r['in'])]
+        for band in ('4-8x', '8-16x'):
+            cells += [fmt(r[band]), fmt(m[band]) if band in m else 'never at that fit']
         lines.append(f"| {NAMES[v]} | " + ' | '.join(cells) + ' | '
-                     + (verdict(m['8-16x'], r['8-16x'], True) if '8-16x' in m else '- | - | -') + ' |')
+                     + (verdict(m['8-16x'], r['8-16x'], True) if '8-16x' in m else '- | - | -')
+                     + ' |')
 
 # per part: the measure across training, and every band (or length) at the end
-averaged = lambda r: r.get('avg_anneal') or r['avg_20']  # noqa: E731  (CPT: the last 20, Table 12's best at 2x)
+# (CPT: the last 20, Table 12's best at 2x)
+averaged = lambda r: r.get('avg_anneal') or r['avg_20']  # noqa: E731
 for p in parts:
     kind, _, vs = PARTS[p]
     what = (f'CE 8-16x minus CE {inside(p)} (the rise beyond the training length)' if kind == 'lm'
             else 'exact-match accuracy beyond the training length')
-    step_axes = list(dict.fromkeys(tuple(P[p][v]['steps']) for v in vs))  # phase 1 and CPT: steps of their own
+    # phase 1 and CPT: steps of their own
+    step_axes = list(dict.fromkeys(tuple(P[p][v]['steps']) for v in vs))
     for group in ([v for v in vs if tuple(P[p][v]['steps']) == a] for a in step_axes):
         steps = list(P[p][group[0]]['steps'])
         along = (', phase 1 (SW: its checkpoints with the windows)' if group[0] in PHASE1_ROWS else
@@ -706,33 +799,45 @@ for p in parts:
         lines += ['', f"**{p}** across training{along}: {what}, by training step", '',
                   '| variant | ' + ' | '.join(steps) + ' |', '|---' * (len(steps) + 1) + '|']
         for v in group:
-            cells = [fmt(m['rise']['8-16x'] if kind == 'lm' else m['beyond'], 3 if kind == 'lm' else 2)
+            cells = [fmt(m['rise']['8-16x'], 3) if kind == 'lm' else fmt(m['beyond'], 2)
                      for m in P[p][v]['steps'].values()]
             lines.append(f"| {NAMES[v]} | " + ' | '.join(cells) + ' |')
     cols = list(BANDS) if kind == 'lm' else list(final(P[p][vs[0]])['accuracy'])
-    lines += ['', f"**{p}** at the final checkpoint: " + (f'per-position CE (nats/byte) by band (in = positions '
-                                                          f'{inside(p)}), '
-              'and the CE 8-16x of the averaged last 5 checkpoints' if kind == 'lm' else
-              f"exact-match accuracy by length (trained on lengths up to {int(P[p][vs[0]]['train_length']['mean'])}), "
-              "and beyond 1x for the averaged last 5 checkpoints") + (' (of CPT: the last 20)' if p in PHASE1 else ''),
-              '', '| variant | ' + ' | '.join(cols) + ' | averaged |', '|---' * (len(cols) + 2) + '|']
+    if kind == 'lm':
+        what = (f"per-position CE (nats/byte) by band (in = positions {inside(p)}), and the CE "
+                "8-16x of the averaged last 5 checkpoints")
+    else:
+        what = (f"exact-match accuracy by length (trained on lengths up to "
+                f"{int(P[p][vs[0]]['train_length']['mean'])}), and beyond 1x for the averaged "
+                "last 5 checkpoints")
+    lines += ['', f"**{p}** at the final checkpoint: {what}"
+              + (' (of CPT: the last 20)' if p in PHASE1 else ''),
+              '', '| variant | ' + ' | '.join(cols) + ' | averaged |',
+              '|---' * (len(cols) + 2) + '|']
     for v in vs:
         r = final(P[p][v])
-        cells = ([fmt(r['bands'][c]) for c in cols] + [fmt(averaged(P[p][v])['bands']['8-16x'])] if kind == 'lm' else
-                 [fmt(r['accuracy'][c], 2) for c in cols] + [fmt(averaged(P[p][v])['beyond'], 2)])
+        if kind == 'lm':
+            cells = [fmt(r['bands'][c]) for c in cols] + [fmt(averaged(P[p][v])['bands']['8-16x'])]
+        else:
+            cells = [fmt(r['accuracy'][c], 2) for c in cols] + [fmt(averaged(P[p][v])['beyond'], 2)]
         lines.append(f"| {NAMES[v]} | " + ' | '.join(cells) + ' |')
     if p in NIAH_PARTS:  # 1x after CPT too: CPT on language alone may erode the skill
         lengths = list(final(P[p][vs[0]])['niah'])
         lines += ['', f"**{p}** at the final checkpoint: NIAH-1 accuracy by length ({NIAH_TASK}, "
-                  f"{NIAH_SAMPLES} per length), and of the average of the last 20 CPT checkpoints at 8-16x", '',
-                  '| variant | ' + ' | '.join(lengths) + ' | averaged |', '|---' * (len(lengths) + 2) + '|']
-        lines += [f"| {NAMES[v]} | " + ' | '.join(fmt(final(P[p][v])['niah'][L], 2) for L in lengths) + ' | '
-                  + (fmt(P[p][v]['avg_20']['niah_far'], 2) if 'niah_far' in P[p][v].get('avg_20', {}) else '-')
-                  + ' |' for v in vs]
+                  f"{NIAH_SAMPLES} per length), and of the average of the last 20 CPT checkpoints "
+                  "at 8-16x", '', '| variant | ' + ' | '.join(lengths) + ' | averaged |',
+                  '|---' * (len(lengths) + 2) + '|']
+        for v in vs:
+            avg = P[p][v].get('avg_20', {})
+            lines.append(f"| {NAMES[v]} | "
+                         + ' | '.join(fmt(final(P[p][v])['niah'][L], 2) for L in lengths) + ' | '
+                         + (fmt(avg['niah_far'], 2) if 'niah_far' in avg else '-') + ' |')
     if kind == 'task':
-        lines += ['', f"**{p}** at the final checkpoint: the fraction of right answer tokens by length", '',
-                  '| variant | ' + ' | '.join(cols) + ' |', '|---' * (len(cols) + 1) + '|']
-        lines += [f"| {NAMES[v]} | " + ' | '.join(fmt(final(P[p][v])['token_accuracy'][c], 2) for c in cols) + ' |'
+        lines += ['', f"**{p}** at the final checkpoint: the fraction of right answer tokens by "
+                  "length", '', '| variant | ' + ' | '.join(cols) + ' |',
+                  '|---' * (len(cols) + 1) + '|']
+        lines += [f"| {NAMES[v]} | "
+                  + ' | '.join(fmt(final(P[p][v])['token_accuracy'][c], 2) for c in cols) + ' |'
                   for v in vs]
 if 'minutes' in results:  # (results.json made before the times were kept has none)
     lines += ['', 'Time per run, in minutes, the mean over seeds: training (the median step time x '
@@ -769,8 +874,9 @@ import matplotlib  # noqa: E402
 matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # noqa: E402
 
+# tab20's 20 colours, then tab20b's
 COLORS = {v: plt.cm.tab20.colors[(2 * i) % 20 + (2 * i) // 20] if i < 20 else
-          plt.cm.tab20b.colors[(4 * i) % 20 + i // 25] for i, v in enumerate([*VARIANTS, *VIEWS])}  # 20, then tab20b's
+          plt.cm.tab20b.colors[(4 * i) % 20 + i // 25] for i, v in enumerate([*VARIANTS, *VIEWS])}
 COLORS.update(orig='black', sw='gray')
 
 
@@ -785,6 +891,7 @@ def mean_std(xs):
     if isinstance(xs, dict):
         return torch.tensor(xs['mean']), torch.tensor(xs['std'])
     return torch.tensor([x['mean'] for x in xs]), torch.tensor([x['std'] for x in xs])
+
 
 lm_parts = [p for p in parts if PARTS[p][0] == 'lm']
 task_parts = [p for p in parts if PARTS[p][0] == 'task']
@@ -801,7 +908,8 @@ def band_plot(ax, x, values, v, **kw):
     ax.fill_between(x, m - s, m + s, color=COLORS[v], alpha=0.15)
 
 
-for p in lm_parts:  # Figure 1, left: per-position CE at several steps; right: CE beyond 1x against the step
+# Figure 1, left: per-position CE at several steps; right: CE beyond 1x against the step
+for p in lm_parts:
     vs = [v for v in (*PHASE1_ROWS, *CORE, *METHODS) if v in P[p]]
     cols = (len(vs) + 3) // 2
     fig, axes = plt.subplots(2, cols, figsize=(3.6 * cols, 7), squeeze=False)
@@ -810,26 +918,30 @@ for p in lm_parts:  # Figure 1, left: per-position CE at several steps; right: C
         steps = list(P[p][v]['steps'])
         for i, s in enumerate(steps):
             m, _ = mean_std(P[p][v]['steps'][s]['curve'])
-            ax.plot(torch.arange(1, len(m) + 1) / 8, m, color=plt.cm.viridis(i / max(len(steps) - 1, 1)), lw=1,
+            ax.plot(torch.arange(1, len(m) + 1) / 8, m, lw=1,
+                    color=plt.cm.viridis(i / max(len(steps) - 1, 1)),
                     label=f'step {s}' if i in (0, len(steps) - 1) else None)
         ax.axvline(1, color='k', ls=':', lw=1)
         ax.set_xscale('log', base=2)
         ax.set_title(f'{p}, {NAMES[v]}', fontsize=9)
         ax.set_xlabel('position / training length')
         ax.set_ylabel('CE (nats/byte), moving average of T/4', fontsize=8)
-    lo, hi = min(ax.get_ylim()[0] for ax in axes[:len(vs)]), max(ax.get_ylim()[1] for ax in axes[:len(vs)])
+    lo = min(ax.get_ylim()[0] for ax in axes[:len(vs)])
+    hi = max(ax.get_ylim()[1] for ax in axes[:len(vs)])
     for ax in axes[:len(vs)]:  # one scale for every variant
         ax.set_ylim(lo, hi)
     axes[0].legend(fontsize=7)
     for ax, get, label in ((axes[-2], lambda m: m['bands']['8-16x'], 'CE at 8-16x'),
-                           (axes[-1], lambda m: m['rise']['8-16x'], f'CE 8-16x minus CE {inside(p)}')):
+                           (axes[-1], lambda m: m['rise']['8-16x'],
+                            f'CE 8-16x minus CE {inside(p)}')):
         for v in P[p]:
             steps = list(P[p][v]['steps'])
             if v in PHASE1_ROWS:  # measured along phase 1: its end, as a level for CPT to beat
-                ax.axhline(get(final(P[p][v]))['mean'], color=COLORS[v], ls=':', label=f'{NAMES[v]} (end of phase 1)')
+                ax.axhline(get(final(P[p][v]))['mean'], color=COLORS[v], ls=':',
+                           label=f'{NAMES[v]} (end of phase 1)')
                 continue
-            band_plot(ax, [after(p, v) + int(s) for s in steps], [get(P[p][v]['steps'][s]) for s in steps], v,
-                      ls='-' if v in CORE else '--')
+            band_plot(ax, [after(p, v) + int(s) for s in steps],
+                      [get(P[p][v]['steps'][s]) for s in steps], v, ls='-' if v in CORE else '--')
         if p not in PHASE1:
             ax.axvline(int(P[p][vs[0]]['stable_end']['mean']), color='k', ls=':', lw=1)
         ax.set_xlabel('step of CPT' if p in PHASE1 else 'training step (dotted: the anneal starts)')
@@ -847,19 +959,23 @@ if lm_parts:  # the matched-fit control: in-distribution CE against CE beyond it
             for v in P[p]:
                 x, _ = mean_std([m['bands']['in'] for m in P[p][v]['steps'].values()])
                 y, _ = mean_std([m['bands'][band] for m in P[p][v]['steps'].values()])
-                ax.plot(x, y, marker='o', ms=2.5, color=COLORS[v], ls='-' if v in CORE else '--', label=NAMES[v])
+                ax.plot(x, y, marker='o', ms=2.5, color=COLORS[v], ls='-' if v in CORE else '--',
+                        label=NAMES[v])
                 ax.plot(x[-1:], y[-1:], marker='*', ms=9, color=COLORS[v])
             ax.invert_xaxis()  # training goes from left to right
-            ax.set_xlabel(f'CE at positions {inside(p)} (in distribution; training goes left to right)')
+            ax.set_xlabel(f'CE at positions {inside(p)} '
+                          '(in distribution; training goes left to right)')
             ax.set_ylabel(f'CE at {band}')
             ax.set_title(f'{p}: every checkpoint (seed means; star: final)', fontsize=9)
         row[0].legend(fontsize=6)
     save(fig, 'frontier.png')
 
 attending = [p for p in lm_parts if 'entropy_curve' in final(P[p][PARTS[p][2][0]])]  # transformers
-if attending:  # the mechanism: attention entropy by query position (final), and beyond 1x across training
+# the mechanism: attention entropy by query position (final), and beyond 1x across training
+if attending:
     L = len(final(P[attending[0]][PARTS[attending[0]][2][0]])['entropy_curve'])  # layers
-    fig, axes = plt.subplots(len(attending), L + 1, figsize=(3.2 * (L + 1), 3.2 * len(attending)), squeeze=False)
+    fig, axes = plt.subplots(len(attending), L + 1, figsize=(3.2 * (L + 1), 3.2 * len(attending)),
+                             squeeze=False)
     for row, p in zip(axes, attending):
         vs = [v for v in ('wd', 'no_wd', 'pn_d', 'pl_d', 'vpad') if v in P[p]]
         for layer, ax in enumerate(row[:-1]):
@@ -879,9 +995,10 @@ if attending:  # the mechanism: attention entropy by query position (final), and
         ax = row[-1]
         for v in vs:
             steps = list(P[p][v]['steps'])
-            m = [P[p][v]['steps'][s]['entropy_bands'] for s in steps]
-            band_plot(ax, [int(s) for s in steps], [stats([mean(layer['8-16x']['seeds'][i] - layer['in']['seeds'][i]
-                                                                 for layer in e) for i in range(len(seeds))]) for e in m], v)
+            m = [P[p][v]['steps'][s]['entropy_bands'] for s in steps]  # per step, per layer
+            rise = [stats([mean(layer['8-16x']['seeds'][i] - layer['in']['seeds'][i] for layer in e)
+                           for i in range(len(seeds))]) for e in m]
+            band_plot(ax, [int(s) for s in steps], rise, v)
         ax.set_xlabel('training step')
         ax.set_ylabel('entropy 8-16x minus 64-128 (nats)')
         ax.set_title(f'{p}: across training, mean of layers', fontsize=9)
@@ -894,8 +1011,8 @@ if probed:
         vs = [v for v in P[p] if 'probe' in P[p][v]]
         for i, v in enumerate(vs):
             m, s = mean_std(P[p][v]['probe']['rel_err'])
-            ax.bar(torch.arange(len(m)) + (i - (len(vs) - 1) / 2) * 0.8 / len(vs), m, yerr=s, width=0.8 / len(vs),
-                   capsize=2, color=COLORS[v], label=NAMES[v])
+            ax.bar(torch.arange(len(m)) + (i - (len(vs) - 1) / 2) * 0.8 / len(vs), m, yerr=s,
+                   width=0.8 / len(vs), capsize=2, color=COLORS[v], label=NAMES[v])
         ax.set_xticks(range(len(m)))
         r = ', '.join(f"{x['mean']:.2f}" for x in P[p]['pl_d']['probe']['r'])
         ax.set_xlabel(f'layer (PL-D r by layer: {r})')
@@ -905,19 +1022,26 @@ if probed:
     save(fig, 'probe.png')
 
 method_parts = [p for p in parts if any(m in P[p] for m in METHODS)]
-if method_parts:  # each method alone and with PL-D (docs/methods.md), at the final checkpoint; dots: the seeds
-    fig, axes = plt.subplots(len(method_parts), 2, figsize=(12, 3.8 * len(method_parts)), squeeze=False)
+# each method alone and with PL-D (docs/methods.md), at the final checkpoint; dots: the seeds
+if method_parts:
+    fig, axes = plt.subplots(len(method_parts), 2, figsize=(12, 3.8 * len(method_parts)),
+                             squeeze=False)
     for row, p in zip(axes, method_parts):
-        groups = [('RoPE', 'no_wd', 'pl_d'), *((NAMES[m], m, f'{m}_pl_d') for m in METHODS if m in P[p]),
+        groups = [('RoPE', 'no_wd', 'pl_d'),
+                  *((NAMES[m], m, f'{m}_pl_d') for m in METHODS if m in P[p]),
                   *((NAMES[v], v, None) for v in P[p] if v not in ('no_wd', 'pl_d', *METHOD_ROWS))]
-        measures = (((lambda r: r['bands']['1-2x'], 'CE at 1-2x'), (lambda r: r['bands']['8-16x'], 'CE at 8-16x'))
-                    if PARTS[p][0] == 'lm' else ((lambda r: r['beyond'], 'exact match beyond 1x'),
-                                                 (lambda r: r['token_beyond'], 'right tokens beyond 1x')))
-        for ax, (get, label) in zip(row, measures):
+        if PARTS[p][0] == 'lm':
+            panels = ((lambda r: r['bands']['1-2x'], 'CE at 1-2x'),
+                      (lambda r: r['bands']['8-16x'], 'CE at 8-16x'))
+        else:
+            panels = ((lambda r: r['beyond'], 'exact match beyond 1x'),
+                      (lambda r: r['token_beyond'], 'right tokens beyond 1x'))
+        for ax, (get, label) in zip(row, panels):
             for i, (name, alone, with_pl_d) in enumerate(groups):
                 for j, v in ((j, v) for j, v in enumerate((alone, with_pl_d)) if v in P[p]):
                     x, st = i + (j - 0.5) * 0.4, get(final(P[p][v]))
-                    ax.bar(x, st['mean'], yerr=st['std'], width=0.4, capsize=2, color=('tab:blue', 'tab:orange')[j],
+                    ax.bar(x, st['mean'], yerr=st['std'], width=0.4, capsize=2,
+                           color=('tab:blue', 'tab:orange')[j],
                            label=('alone (no WD)', 'with PL-D')[j] if i == 0 else None)
                     ax.plot([x] * len(st['seeds']), st['seeds'], 'k.', ms=3)
             ax.set_xticks(range(len(groups)), [g[0] for g in groups], rotation=30, fontsize=8)
@@ -927,12 +1051,14 @@ if method_parts:  # each method alone and with PL-D (docs/methods.md), at the fi
         row[0].legend(fontsize=7)
     save(fig, 'methods.png')
 
-if task_parts:  # the tasks: accuracy by length at the end, and beyond 1x across training; exact, and per token
+# the tasks: accuracy by length at the end, and beyond 1x across training; exact, and per token
+if task_parts:
     fig, axes = plt.subplots(len(task_parts), 4, figsize=(18, 3.6 * len(task_parts)), squeeze=False)
     for row, p in zip(axes, task_parts):
         for v in P[p]:
             steps = list(P[p][v]['steps'])
-            for col, (by_length, beyond) in enumerate((('accuracy', 'beyond'), ('token_accuracy', 'token_beyond'))):
+            for col, (by_length, beyond) in enumerate((('accuracy', 'beyond'),
+                                                       ('token_accuracy', 'token_beyond'))):
                 acc = final(P[p][v])[by_length]
                 band_plot(row[col], [int(L) for L in acc], list(acc.values()), v, marker='o', ms=3)
                 if v in PHASE1_ROWS:  # measured along phase 1: its end, as a level for CPT to beat
@@ -945,7 +1071,8 @@ if task_parts:  # the tasks: accuracy by length at the end, and beyond 1x across
             row[col].set_xscale('log', base=2)
             row[col].set_xlabel('length (dotted: the longest trained)')
             row[col].set_ylabel(f'{what} (final)')
-            row[col + 2].set_xlabel('step of CPT (dotted: the end of phase 1)' if p in PHASE1 else 'training step')
+            row[col + 2].set_xlabel('step of CPT (dotted: the end of phase 1)' if p in PHASE1
+                                    else 'training step')
             row[col + 2].set_ylabel(f'{what} beyond 1x')
         for ax in row:
             ax.set_ylim(-0.05, 1.05)
@@ -964,8 +1091,8 @@ if niah_parts:  # NIAH-1 by length at the end, and the reading rules' measure al
                 row[1].axhline(final(P[p][v])[key]['mean'], color=COLORS[v], ls=':')
             else:
                 steps = [s for s in P[p][v]['steps'] if key in P[p][v]['steps'][s]]
-                band_plot(row[1], [int(s) for s in steps], [P[p][v]['steps'][s][key] for s in steps], v,
-                          marker='o', ms=3)
+                band_plot(row[1], [int(s) for s in steps],
+                          [P[p][v]['steps'][s][key] for s in steps], v, marker='o', ms=3)
         row[0].axvline(P[p]['orig']['train_length']['mean'], color='k', ls=':', lw=1)
         row[0].set_xscale('log', base=2)
         row[0].set_xlabel('prompt length, tokens (dotted: the training length)')
