@@ -14,8 +14,9 @@ from tokens import EOT, Tokenizer, write_shard
 
 
 def stream_texts(source):
-    """The `text` column of a dataset, streamed (never downloaded whole): local .parquet/.json/.jsonl
-    files or globs (also compressed), else a Hugging Face hub name or a local folder."""
+    """The `text` column of a dataset, streamed (never downloaded whole): local
+    .parquet/.json/.jsonl files or globs (also compressed), else a Hugging Face hub name or a local
+    folder."""
     from datasets import load_dataset  # only the prepare scripts need it
     name = source.lower()
     for ext in ('.gz', '.bz2', '.xz', '.zst', '.zstd'):
@@ -32,7 +33,8 @@ class ShardWriter:
     a shard, so a document cut at a boundary only loses the windows that would cross it."""
 
     def __init__(self, out_dir, split, shard_tokens, vocab_size):
-        self.out_dir, self.split, self.shard_tokens, self.vocab_size = out_dir, split, shard_tokens, vocab_size
+        self.out_dir, self.split = out_dir, split
+        self.shard_tokens, self.vocab_size = shard_tokens, vocab_size
         self.buf, self.buffered, self.documents, self.tokens, self.shards = [], 0, 0, 0, 0
 
     def add(self, ids):
@@ -48,7 +50,8 @@ class ShardWriter:
             self.buf, self.buffered = [stream], len(stream)
 
     def write(self, tokens):
-        write_shard(os.path.join(self.out_dir, f'{self.split}_{self.shards:06d}.bin'), tokens, self.vocab_size)
+        path = os.path.join(self.out_dir, f'{self.split}_{self.shards:06d}.bin')
+        write_shard(path, tokens, self.vocab_size)
         self.shards += 1
 
     def close(self):
@@ -59,19 +62,25 @@ class ShardWriter:
 
 
 def add_stream_args(parser, source, tokenizer='gpt2'):
-    """The arguments of the prepare scripts that stream a text dataset (data/dclm_edu, data/common_pile_arxiv)."""
-    parser.add_argument('--source', default=source, help='hub name, local folder, or .parquet/.jsonl files (globs ok)')
+    """The arguments of the prepare scripts that stream a text dataset (data/dclm_edu,
+    data/common_pile_arxiv)."""
+    parser.add_argument('--source', default=source,
+                        help='hub name, local folder, or .parquet/.jsonl files (globs ok)')
     parser.add_argument('--tokenizer', default=tokenizer, choices=['byte', 'gpt2', 'hf'])
-    parser.add_argument('--tokenizer_path', default=None, help='hf: tokenizer.json or its folder; gpt2: a .tiktoken file')
+    parser.add_argument('--tokenizer_path', default=None,
+                        help='hf: tokenizer.json or its folder; gpt2: a .tiktoken file')
     parser.add_argument('--eot', default=EOT, help='hf: the end-of-text token string')
     parser.add_argument('--out_dir', default=None, help='default: data/<dataset>/<tokenizer>')
-    parser.add_argument('--batch_docs', type=int, default=1024, help='documents per encode_batch call')
-    parser.add_argument('--overwrite', action='store_true', help='delete the shards already in out_dir')
+    parser.add_argument('--batch_docs', type=int, default=1024,
+                        help='documents per encode_batch call')
+    parser.add_argument('--overwrite', action='store_true',
+                        help='delete the shards already in out_dir')
 
 
 def open_stream(parser, args, dataset_dir):
     """-> (tokenizer, out_dir, texts) for add_stream_args' arguments. Refuses an out_dir that holds
-    shards already (they would be read as part of the new splits) unless --overwrite deletes them."""
+    shards already (they would be read as part of the new splits) unless --overwrite deletes
+    them."""
     spec = {'kind': args.tokenizer}
     if args.tokenizer == 'hf':
         if not args.tokenizer_path:
@@ -81,10 +90,12 @@ def open_stream(parser, args, dataset_dir):
         spec['path'] = args.tokenizer_path
     tok = Tokenizer(spec)
     out_dir = args.out_dir or os.path.join(dataset_dir, args.tokenizer)
-    old = sorted(glob.glob(os.path.join(out_dir, '*.bin')) + glob.glob(os.path.join(out_dir, 'meta.json')))
+    old = sorted(glob.glob(os.path.join(out_dir, '*.bin'))
+                 + glob.glob(os.path.join(out_dir, 'meta.json')))
     if old and not args.overwrite:
-        raise SystemExit(f"{out_dir} already holds {len(old)} shard/meta files ({os.path.basename(old[0])}, ...): "
-                         f"pass --overwrite to replace them, or choose another --out_dir")
+        raise SystemExit(f"{out_dir} already holds {len(old)} shard/meta files "
+                         f"({os.path.basename(old[0])}, ...): pass --overwrite to replace them, "
+                         f"or choose another --out_dir")
     for f in old:
         os.remove(f)
     os.makedirs(out_dir, exist_ok=True)

@@ -14,6 +14,8 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 gpu="--device=cuda --dtype=bfloat16 --vocab_size=50304 --steps=10 --rounds=2 --warmup=3"
 python -m tools.bench configs/scratch.py $gpu --compile=True --batch_size=8
 python -m tools.bench configs/scratch.py $gpu --compile=True --batch_size=8 --mode=nanogpt
-python -m tools.bench configs/mamba2_85m.py $gpu --batch_size=16 --variants="['none', 'pre_norm', 'pre_linear', 'vpad']"
-python -m tools.bench configs/scratch.py --mode=context --device=cuda --dtype=bfloat16 --vocab_size=50304 \
-    --context_lengths="[4096, 16384, 65536]" --context_window=2048 --prefill_chunk=4096
+python -m tools.bench configs/mamba2_85m.py $gpu --batch_size=16 \
+    --variants="['none', 'pre_norm', 'pre_linear', 'vpad']"
+python -m tools.bench configs/scratch.py --mode=context --device=cuda --dtype=bfloat16 \
+    --vocab_size=50304 --context_lengths="[4096, 16384, 65536]" --context_window=2048 \
+    --prefill_chunk=4096

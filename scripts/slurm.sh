@@ -14,5 +14,6 @@ cd "${SLURM_SUBMIT_DIR:-$(dirname "$0")/..}"
 head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 gpus_per_node=${GPUS_PER_NODE:-$(nvidia-smi --list-gpus | wc -l)}
 srun torchrun --nnodes="$SLURM_NNODES" --nproc_per_node="$gpus_per_node" \
-    --rdzv_backend=c10d --rdzv_endpoint="$head_node:${MASTER_PORT:-29500}" --rdzv_id="$SLURM_JOB_ID" \
+    --rdzv_backend=c10d --rdzv_endpoint="$head_node:${MASTER_PORT:-29500}" \
+    --rdzv_id="$SLURM_JOB_ID" \
     train.py "$@"

@@ -2,12 +2,18 @@
 Speed and memory, side by side. Training variants are timed in alternating rounds in one
 process, so that a machine's drift (~30% on shared CPUs) hits them alike; the report gives ratios.
 
-    python -m tools.bench configs/quickstart.py                     # the regularizers: tokens/s vs none
-    python -m tools.bench configs/quickstart.py --mode=nanogpt      # the model vs a plain nanoGPT of the same size
-    python -m tools.bench configs/quickstart.py --mode=methods      # the length-generalization methods vs RoPE (docs/methods.md)
-    python -m tools.bench --model_type=mamba2 --mode=hf_mamba       # mamba.py vs transformers' Mamba2
-    python -m tools.bench configs/quickstart.py --mode=context      # prefill/decoding time and peak memory vs length
-    bash scripts/bench_gpu.sh                                         # the whole suite on one GPU, paper-size models
+    # the regularizers: tokens/s vs none
+    python -m tools.bench configs/quickstart.py
+    # the model vs a plain nanoGPT of the same size
+    python -m tools.bench configs/quickstart.py --mode=nanogpt
+    # the length-generalization methods vs RoPE (docs/methods.md)
+    python -m tools.bench configs/quickstart.py --mode=methods
+    # mamba.py vs transformers' Mamba2
+    python -m tools.bench --model_type=mamba2 --mode=hf_mamba
+    # prefill/decoding time and peak memory vs length
+    python -m tools.bench configs/quickstart.py --mode=context
+    # the whole suite on one GPU, paper-size models
+    bash scripts/bench_gpu.sh
 
 A training config can be given: its model keys are used, its training-only keys ignored. On
 CUDA the train modes also report MFU (FLOPs from the model's flops_per_token, the peak from
@@ -25,23 +31,30 @@ import torch
 import checkpoint
 from configurator import configure
 from hardware import peak_flops
-from tools.timing import NanoGPT, build, child_result, measure_context, sync, table, timed, train_steps
+from tools.timing import (NanoGPT, build, child_result, measure_context, sync, table, timed,
+                          train_steps)
 
-if __name__ == '__main__':  # spawned measuring processes import this file again: only the parent runs it
+# spawned measuring processes import this file again: only the parent runs it
+if __name__ == '__main__':
     # -------------------------------------------------------------------------
-    mode = 'train'  # 'train' (the regularizers), 'nanogpt', 'methods' (docs/methods.md), 'hf_mamba', 'context'
+    # 'train' (the regularizers), 'nanogpt', 'methods' (docs/methods.md), 'hf_mamba', 'context'
+    mode = 'train'
     model_type = 'transformer'  # or 'mamba2'
     for _f in (f for _, cfg in checkpoint.MODELS.values() for f in fields(cfg)):
         globals().setdefault(_f.name, _f.default)
-        globals().setdefault('__annotations__', {}).setdefault(_f.name, _f.type)  # (no annotations of its own)
+        # (no annotations of its own)
+        globals().setdefault('__annotations__', {}).setdefault(_f.name, _f.type)
     vocab_size = 320  # the byte tokenizer's 257, rounded up
     n_layer, n_head, n_embd = 4, 4, 128
     d_state, headdim, chunk_size = 64, 32, 64
     batch_size = 16
     block_size = 256
-    bench_dropout = 0.1  # train: p of every variant that has dropout (a config's own dropout is ignored)
-    variants = ['none', 'pre_norm', 'pre_linear', 'vpad', 'attn_dropout']  # train: dropout_type, or 'attn_dropout'
-    gen_prompt, gen_tokens = 1024, 64  # hf_mamba: a prompt of gen_prompt tokens, then gen_tokens; context: gen_tokens
+    # train: p of every variant that has dropout (a config's own dropout is ignored)
+    bench_dropout = 0.1
+    # train: dropout_type, or 'attn_dropout'
+    variants = ['none', 'pre_norm', 'pre_linear', 'vpad', 'attn_dropout']
+    # hf_mamba: a prompt of gen_prompt tokens, then gen_tokens; context: gen_tokens
+    gen_prompt, gen_tokens = 1024, 64
     context_lengths = [4096, 16384, 65536]  # context: prompt lengths
     context_window = 256  # context: the window of the sliding-window variant
     prefill_chunk = 1024  # context: chunked prefill
@@ -53,34 +66,42 @@ if __name__ == '__main__':  # spawned measuring processes import this file again
     compile = False
     # -------------------------------------------------------------------------
     globals().update(configure(globals(), sys.argv[1:], lenient_files=True))
-    autocast = torch.autocast(device.split(':')[0], dtype=torch.bfloat16) if dtype == 'bfloat16' else nullcontext()
-    model_args = {t: {f.name: globals()[f.name] for f in fields(cfg)} for t, (_, cfg) in checkpoint.MODELS.items()}
+    autocast = (torch.autocast(device.split(':')[0], dtype=torch.bfloat16) if dtype == 'bfloat16'
+                else nullcontext())
+    model_args = {t: {f.name: globals()[f.name] for f in fields(cfg)}
+                  for t, (_, cfg) in checkpoint.MODELS.items()}
     tokens = steps * batch_size * block_size
-    header = f"{model_type}, {n_layer} layers x {n_embd}, batch {batch_size} x {block_size}, {device} {dtype}" \
-             f"{', compiled' if compile else ''}; {rounds} alternating rounds of {steps} steps, median"
+    header = f"{model_type}, {n_layer} layers x {n_embd}, batch {batch_size} x {block_size}, " \
+             f"{device} {dtype}{', compiled' if compile else ''}; " \
+             f"{rounds} alternating rounds of {steps} steps, median"
 
     def run(model, opt, hf=False):
-        return lambda n: train_steps(model, opt, n, batch_size, block_size, vocab_size, device, autocast, hf)
+        return lambda n: train_steps(model, opt, n, batch_size, block_size, vocab_size, device,
+                                     autocast, hf)
 
     def measure(models, title):
-        """Time the models' training steps side by side and print tokens/s, and on CUDA MFU, the memory
-        a step adds (activations, gradients, temporaries) and, compiled, Inductor's kernels per model."""
+        """Time the models' training steps side by side and print tokens/s, and on CUDA MFU, the
+        memory a step adds (activations, gradients, temporaries) and, compiled, Inductor's kernels
+        per model."""
         runs, extra, (_, peak) = {}, {}, peak_flops(device)
         for name, model in models.items():
             opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.startswith('cuda'))
             runs[name] = run(torch.compile(model) if compile else model, opt)
             kernels = kernel_count()
             runs[name](warmup)  # compiles here
-            extra[name] = {'kernels': str(kernel_count() - kernels)} if compile and kernels is not None else {}
+            extra[name] = ({'kernels': str(kernel_count() - kernels)}
+                           if compile and kernels is not None else {})
             if device.startswith('cuda'):
                 torch.cuda.reset_peak_memory_stats()
                 before = torch.cuda.memory_allocated()
                 runs[name](1)
-                extra[name]['step MB'] = f"{(torch.cuda.max_memory_allocated() - before) / 2 ** 20:,.0f}"
+                extra[name]['step MB'] = \
+                    f"{(torch.cuda.max_memory_allocated() - before) / 2 ** 20:,.0f}"
         secs = timed(runs, steps, 0, rounds)
         for name, model in models.items():
             if peak:
-                extra[name]['MFU'] = f"{100 * model.flops_per_token(block_size) * tokens / secs[name] / peak:.1f}%"
+                extra[name]['MFU'] = \
+                    f"{100 * model.flops_per_token(block_size) * tokens / secs[name] / peak:.1f}%"
         table(title, {k: tokens / s for k, s in secs.items()}, 'tokens/s', extra)
 
     def kernel_count():
@@ -95,7 +116,8 @@ if __name__ == '__main__':  # spawned measuring processes import this file again
         for v in variants:
             if v == 'attn_dropout' and model_type == 'mamba2':
                 continue
-            reg = dict(dropout_type='none', attn_dropout=bench_dropout) if v == 'attn_dropout' else dict(dropout_type=v)
+            reg = (dict(dropout_type='none', attn_dropout=bench_dropout) if v == 'attn_dropout'
+                   else dict(dropout_type=v))
             args = {**model_args[model_type], 'dropout': bench_dropout, **reg}
             if model_type == 'transformer':
                 args.setdefault('attn_dropout', 0.0)
@@ -103,9 +125,11 @@ if __name__ == '__main__':  # spawned measuring processes import this file again
         measure(models, f"{header}; dropout p = {bench_dropout}")
 
     elif mode == 'nanogpt':
-        # the same size three ways: nanoGPT itself, our model configured as nanoGPT, our model as the config has it
-        plain = dict(pos_encoding='learned', norm='layernorm', mlp='gelu', bias=True, tie_embeddings=True, n_kv_head=None,
-                     window=0, dropout_type='none', attn_dropout=0.0, attn_alpha=1.0, attn_scale='none')
+        # the same size three ways: nanoGPT itself, our model configured as nanoGPT, our model as
+        # the config has it
+        plain = dict(pos_encoding='learned', norm='layernorm', mlp='gelu', bias=True,
+                     tie_embeddings=True, n_kv_head=None, window=0, dropout_type='none',
+                     attn_dropout=0.0, attn_alpha=1.0, attn_scale='none')
         ours = {**model_args['transformer'], 'dropout_type': 'none', 'attn_dropout': 0.0}
         torch.manual_seed(1337)
         models = {'nanoGPT': NanoGPT(vocab_size, block_size, n_layer, n_head, n_embd).to(device),
@@ -113,12 +137,16 @@ if __name__ == '__main__':  # spawned measuring processes import this file again
                   f"model.py, {pos_encoding}": build('transformer', ours, device)}
         measure(models, f"{header}; no dropout")
 
-    elif mode == 'methods':  # what each method of docs/methods.md costs in training, beside PL-D, on RoPE. YaRN and the
-        # log-length temperature train nothing (they change evaluation); DroPE's CPT trains a NoPE model
-        rope = {**model_args['transformer'], 'pos_encoding': 'rope', 'dropout_type': 'none', 'dropout': bench_dropout,
-                'attn_dropout': 0.0, 'rope_random': 0, 'attn_scale': 'none'}
-        methods = {'RoPE': {}, 'PL-D': dict(dropout_type='pre_linear'), 'RandPos': dict(rope_random=8),
-                   'SSMax': dict(attn_scale='ssmax'), "NoPE (DroPE's CPT)": dict(pos_encoding='nope')}
+    elif mode == 'methods':
+        # what each method of docs/methods.md costs in training, beside PL-D, on RoPE. YaRN and the
+        # log-length temperature train nothing (they change evaluation); DroPE's CPT trains a NoPE
+        # model
+        rope = {**model_args['transformer'], 'pos_encoding': 'rope', 'dropout_type': 'none',
+                'dropout': bench_dropout, 'attn_dropout': 0.0, 'rope_random': 0,
+                'attn_scale': 'none'}
+        methods = {'RoPE': {}, 'PL-D': dict(dropout_type='pre_linear'),
+                   'RandPos': dict(rope_random=8), 'SSMax': dict(attn_scale='ssmax'),
+                   "NoPE (DroPE's CPT)": dict(pos_encoding='nope')}
         measure({k: build('transformer', {**rope, **v}, device) for k, v in methods.items()},
                 f"{header}; PL-D p = {bench_dropout}, RandPos from 8x")
 
@@ -128,7 +156,8 @@ if __name__ == '__main__':  # spawned measuring processes import this file again
         ours = build(model_type, model_args[model_type], device)
         theirs = to_transformers(ours)
         secs = timed({'mamba.py': run(ours, torch.optim.AdamW(ours.parameters(), lr=1e-4)),
-                      'transformers': run(theirs, torch.optim.AdamW(theirs.parameters(), lr=1e-4), hf=True)},
+                      'transformers': run(theirs, torch.optim.AdamW(theirs.parameters(), lr=1e-4),
+                                          hf=True)},
                      steps, warmup, rounds)
         table(f"{header}\ntraining", {k: tokens / s for k, s in secs.items()}, 'tokens/s')
         ours.eval(), theirs.eval()
@@ -140,28 +169,36 @@ if __name__ == '__main__':  # spawned measuring processes import this file again
                     if model is ours:
                         model.generate(prompt, gen_tokens)
                     else:
-                        model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=gen_tokens,
-                                       min_new_tokens=gen_tokens, do_sample=False, pad_token_id=0)
+                        model.generate(prompt, attention_mask=torch.ones_like(prompt),
+                                       max_new_tokens=gen_tokens, min_new_tokens=gen_tokens,
+                                       do_sample=False, pad_token_id=0)
             sync(device)
-        secs = timed({'mamba.py': lambda n: generate(ours, n), 'transformers': lambda n: generate(theirs, n)}, 1, 1, rounds)
+        secs = timed({'mamba.py': lambda n: generate(ours, n),
+                      'transformers': lambda n: generate(theirs, n)}, 1, 1, rounds)
         table(f"generation: a prompt of {gen_prompt} tokens, then {gen_tokens} greedy tokens",
               {k: gen_tokens / s for k, s in secs.items()}, 'tokens/s')
 
     elif mode == 'context':
         variants = {f'{model_type}': (model_type, model_args[model_type])}
         if model_type == 'transformer':
-            variants[f'window {context_window}'] = ('transformer', {**model_args['transformer'], 'window': context_window})
+            variants[f'window {context_window}'] = (
+                'transformer', {**model_args['transformer'], 'window': context_window})
         variants['mamba2'] = ('mamba2', model_args['mamba2'])
         spawn = multiprocessing.get_context('spawn')
-        print(f"{n_layer} layers x {n_embd}, {device} {dtype}: a random prompt, prefilled in chunks of {prefill_chunk}, "
-              f"then {gen_tokens} greedy tokens; each in a fresh process")
+        print(f"{n_layer} layers x {n_embd}, {device} {dtype}: a random prompt, prefilled in "
+              f"chunks of {prefill_chunk}, then {gen_tokens} greedy tokens; "
+              f"each in a fresh process")
         print(f"{'model':>16} {'length':>8} {'prefill s':>10} {'ms/token':>10} {'peak MB':>10}")
         for name, (kind, args) in variants.items():
             for L in context_lengths:
                 queue = spawn.Queue()
-                p = spawn.Process(target=measure_context, args=(kind, args, L, gen_tokens, prefill_chunk, device, dtype, queue))
+                p = spawn.Process(
+                    target=measure_context,
+                    args=(kind, args, L, gen_tokens, prefill_chunk, device, dtype, queue))
                 p.start()
                 r = child_result(p, queue)
-                print(f"{name:>16} {L:>8} {r['prefill_s']:>10.2f} {r['ms_per_token']:>10.1f} {r['peak_mb']:>10.0f}", flush=True)
+                print(f"{name:>16} {L:>8} {r['prefill_s']:>10.2f} {r['ms_per_token']:>10.1f} "
+                      f"{r['peak_mb']:>10.0f}", flush=True)
     else:
-        raise SystemExit(f"mode must be 'train', 'nanogpt', 'methods', 'hf_mamba' or 'context', got {mode!r}")
+        raise SystemExit(f"mode must be 'train', 'nanogpt', 'methods', 'hf_mamba' or 'context', "
+                         f"got {mode!r}")

@@ -2,9 +2,11 @@
 The GPU self-check: first correctness, then speed and memory, one line each with PASS, FAIL or SKIP
 and its figure against a stated bound; a part that fails or crashes never stops the others.
 
-    python -m tools.gpu_check --quick=True     # on a GPU, first: the checks that matter most, about 5 minutes
+    python -m tools.gpu_check --quick=True     # on a GPU, first: the checks that matter most,
+                                               # about 5 minutes
     python -m tools.gpu_check                  # everything, about 10-15 minutes on one H100/H200
-    python -m tools.gpu_check --dry_run=True   # tiny sizes on CPU, every part through the paths CPU has (tests)
+    python -m tools.gpu_check --dry_run=True   # tiny sizes on CPU, every part through the paths
+                                               # CPU has (tests)
 
 Both write gpu_check/results.json and results.md. It installs nothing. The fused Mamba2 kernels are
 checked only when they import (pip install mamba-ssm causal-conv1d --no-build-isolation); otherwise
@@ -46,17 +48,22 @@ from configurator import configure
 
 # -----------------------------------------------------------------------------
 dry_run = False  # tiny sizes on CPU: checks that every part runs, its figures mean nothing
-quick = False  # only the checks that matter most (the docstring's a-e): about 5 minutes on one H100/H200
+# only the checks that matter most (the docstring's a-e): about 5 minutes on one H100/H200
+quick = False
 out = 'gpu_check'  # results.json and results.md go here
 # -----------------------------------------------------------------------------
 globals().update(configure(globals(), sys.argv[1:]))
 device = 'cpu' if dry_run else 'cuda'
 if not dry_run and not torch.cuda.is_available():
-    raise SystemExit("no CUDA device: run this on a GPU, or --dry_run=True to check the script on CPU")
-backend = 'aot_eager' if dry_run else 'inductor'  # dry run: dynamo's graphs as on the GPU, without Inductor's compile time
+    raise SystemExit("no CUDA device: run this on a GPU, or --dry_run=True to check the script "
+                     "on CPU")
+# dry run: dynamo's graphs as on the GPU, without Inductor's compile time
+backend = 'aot_eager' if dry_run else 'inductor'
 counters = torch._dynamo.utils.counters
-MAX_GRAPHS = 8  # prefill and decoding: dynamo's graphs for flex and its block mask (its recompile limit: 8 each)
-MEMORY_RATIO = 1.2  # a measured peak must lie within this factor of hardware.py's estimate, either way
+# prefill and decoding: dynamo's graphs for flex and its block mask (its recompile limit: 8 each)
+MAX_GRAPHS = 8
+# a measured peak must lie within this factor of hardware.py's estimate, either way
+MEMORY_RATIO = 1.2
 
 
 def config(name, **dry):
@@ -70,8 +77,9 @@ def config(name, **dry):
     args['vocab_size'] = 50304
     T, B = scope['block_size'], scope['batch_size']
     if dry_run:
-        args.update(n_layer=2, n_embd=64, vocab_size=256, **({'n_head': 4, 'ffn_dim': 256} if kind == 'transformer' else
-                                                             {'d_state': 16, 'headdim': 16, 'chunk_size': 16}), **dry)
+        args.update(n_layer=2, n_embd=64, vocab_size=256,
+                    **({'n_head': 4, 'ffn_dim': 256} if kind == 'transformer' else
+                       {'d_state': 16, 'headdim': 16, 'chunk_size': 16}), **dry)
         T, B = 64, 2
     return kind, args, T, B
 
@@ -80,21 +88,25 @@ def cpu_flex(kind, args):
     """In a dry run, attention through flex where CUDA's 'auto' would take it and CPU can run it
     (softmax, no attention dropout), so that the dry run walks flex's code paths, not SDPA's.
     CPU's flex has a forward only: such a model is checked without gradients."""
-    if dry_run and kind == 'transformer' and not args.get('attn_dropout') and args.get('attn_alpha', 1.0) == 1.0:
+    if (dry_run and kind == 'transformer' and not args.get('attn_dropout')
+            and args.get('attn_alpha', 1.0) == 1.0):
         return {**args, 'attn_backend': 'flex'}
     return args
 
 
 SCRATCH, MAMBA, ASENTMAX = config('scratch.py'), config('mamba2_85m.py'), config('asentmax_wd.py')
-VARIANTS = {'none': {}, 'PN-D': dict(dropout_type='pre_norm', dropout=0.1), 'PL-D': dict(dropout_type='pre_linear', dropout=0.1),
-            'VPAD': dict(dropout_type='vpad', dropout=0.1), 'attention dropout': dict(attn_dropout=0.1)}
+VARIANTS = {'none': {}, 'PN-D': dict(dropout_type='pre_norm', dropout=0.1),
+            'PL-D': dict(dropout_type='pre_linear', dropout=0.1),
+            'VPAD': dict(dropout_type='vpad', dropout=0.1),
+            'attention dropout': dict(attn_dropout=0.1)}
 results = []
 
 
 def check(name, in_quick=False):
     """Run one part now (unless --quick and the part is not in_quick); its function returns (status,
     figure) or a list of them (name, status, figure). Statuses: PASS, FAIL, SKIP (a piece missing),
-    INFO (a figure with no pass mark: timings, and what a dry run cannot measure), ERROR (it crashed)."""
+    INFO (a figure with no pass mark: timings, and what a dry run cannot measure), ERROR (it
+    crashed)."""
     def wrap(fn):
         if quick and not in_quick:
             return fn
@@ -123,7 +135,8 @@ def build(kind, args, **kw):
 
 
 def goal(ok):
-    return 'INFO' if dry_run else ('PASS' if ok else 'FAIL')  # CPU timings and memory of tiny models say nothing
+    # CPU timings and memory of tiny models say nothing
+    return 'INFO' if dry_run else ('PASS' if ok else 'FAIL')
 
 
 def within(peak, estimate):
@@ -135,17 +148,21 @@ def within(peak, estimate):
 
 @check('attention vs float64', in_quick=True)
 def _():
-    """Every kernel attention() can choose, on causal, NAPE, windowed and NAPE + windowed attention."""
+    """Every kernel attention() can choose, on causal, NAPE, windowed and NAPE + windowed
+    attention."""
     rows, H, hd, window = (16, 4, 16, 64) if dry_run else (128, 12, 64, 2048)
     offsets = (0, 512, 2048) if dry_run else (0, 8192, 65536)
     slopes = model_py.alibi_slopes(H, 'nape').to(device)
-    cases = {'causal': (None, 0), 'NAPE': (slopes, 0), 'window': (None, window), 'NAPE + window': (slopes, window)}
+    cases = {'causal': (None, 0), 'NAPE': (slopes, 0), 'window': (None, window),
+             'NAPE + window': (slopes, window)}
     lines = []
     for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 2e-2)):
-        torch._dynamo.reset()  # the compiled flex: 6 graphs per dtype (3 cases, then dynamic lengths); the limit is 8
+        # the compiled flex: 6 graphs per dtype (3 cases, then dynamic lengths); the limit is 8
+        torch._dynamo.reset()
         for offset in offsets:
             g = torch.Generator(device).manual_seed(offset)
-            q, k, v = (torch.randn(1, H, rows if i == 0 else offset + rows, hd, generator=g, device=device).to(dtype)
+            q, k, v = (torch.randn(1, H, rows if i == 0 else offset + rows, hd, generator=g,
+                                   device=device).to(dtype)
                        for i in range(3))
             pos = torch.arange(offset + rows, device=device).double()
             distance = pos[offset:, None] - pos  # (rows, Tk): query i sits at offset + i
@@ -154,22 +171,27 @@ def _():
                 errs = {}
                 for case, (m, w) in cases.items():
                     s = scores if m is None else scores - m.double()[:, None, None] * distance
-                    s = s.masked_fill(~((distance >= 0) & (distance < w) if w else distance >= 0), float('-inf'))
-                    # the float64 reference: entmax by bisection, not the sort that attention.py computes it with
-                    p = s.softmax(-1) if alpha == 1.0 else attention_py.entmax_bisect(s, alpha, n_iter=60)
+                    s = s.masked_fill(~((distance >= 0) & (distance < w) if w else distance >= 0),
+                                      float('-inf'))
+                    # the float64 reference: entmax by bisection, not the sort that attention.py
+                    # computes it with
+                    p = (s.softmax(-1) if alpha == 1.0
+                         else attention_py.entmax_bisect(s, alpha, n_iter=60))
                     ref = p @ v.double()
-                    # flex where 'auto' takes it, for a bias or a window (a plain causal layer goes to SDPA's)
+                    # flex where 'auto' takes it, for a bias or a window (a plain causal layer
+                    # goes to SDPA's)
                     flex = ('flex',) if m is not None or w else ()
                     for b in ('sdpa', 'manual', *flex) if alpha == 1.0 else ('manual',):
                         kernel = attention_py.attention_kernel(b, q, k, offset, 0, m, w, 0.0, alpha)
-                        y = attention_py.attention(q, k, v, q_start=offset, slopes=m, window=w, backend=b,
-                                                   alpha=alpha)
+                        y = attention_py.attention(q, k, v, q_start=offset, slopes=m, window=w,
+                                                   backend=b, alpha=alpha)
                         e = ((y.double() - ref).abs().max() / ref.abs().max()).item()
                         if e >= errs.get(kernel, (-1.0,))[0]:
                             errs[kernel] = (e, case)
                 worst = max(e for e, _ in errs.values())
                 figure = ', '.join(f"{kn} {e:.1e} ({case})" for kn, (e, case) in errs.items())
-                lines.append((f"attention vs float64, {normaliser}, {str(dtype)[6:]}, offset {offset}",
+                lines.append((f"attention vs float64, {normaliser}, {str(dtype)[6:]}, "
+                              f"offset {offset}",
                               'PASS' if worst < tol else 'FAIL', f"{figure} (bound {tol:.0e})"))
     return lines
 
@@ -179,7 +201,8 @@ def worst_difference(loss, ref, grads, model):
     each gradient in grads from the reference model's own."""
     return max([abs(loss - ref.item()) / abs(ref.item()),
                 *(((g - p.grad).abs().max() / p.grad.abs().max().clamp(min=1e-12)).item()
-                  for g, p in zip(grads, model.parameters()) if p.grad is not None)])  # no gradients: forward only
+                  # no gradients: forward only
+                  for g, p in zip(grads, model.parameters()) if p.grad is not None)])
 
 
 def compiled_vs_eager(kind, a, B, T, steps=3):
@@ -209,7 +232,8 @@ def compiled_vs_eager(kind, a, B, T, steps=3):
             x, y = batch(a['vocab_size'], B, T, i)
             torch.manual_seed(i)
             real = torch.compiler.is_compiling
-            torch.compiler.is_compiling = lambda: True  # the eager masks drawn as compiled code draws them
+            # the eager masks drawn as compiled code draws them
+            torch.compiler.is_compiling = lambda: True
             try:
                 ref = eager(x, y)[1]
             finally:
@@ -227,8 +251,11 @@ def _():
     kind, args, T, B = SCRATCH
     T, B = min(T, 256), 2  # what is checked is the graph; a short context keeps it quick
     cases = {**{n: (kind, {**args, **kw}) for n, kw in VARIANTS.items()},
-             **{f'VPAD {v}': (kind, {**args, 'dropout_type': 'vpad', 'dropout': 0.1, 'vpad_variant': v}) for v in 'BCD'},
-             'ASEntmax': ASENTMAX[:2], 'SWA': (kind, {**args, 'pos_encoding': ['rope', 'nope'], 'window': [64, 0]}),
+             **{f'VPAD {v}': (kind, {**args, 'dropout_type': 'vpad', 'dropout': 0.1,
+                                     'vpad_variant': v})
+                for v in 'BCD'},
+             'ASEntmax': ASENTMAX[:2],
+             'SWA': (kind, {**args, 'pos_encoding': ['rope', 'nope'], 'window': [64, 0]}),
              'Mamba2': (MAMBA[0], {**MAMBA[1], 'dropout_type': 'pre_linear', 'dropout': 0.1})}
     if quick:
         cases = {'VPAD': cases['VPAD']}
@@ -238,11 +265,14 @@ def _():
     lines = []
     for name, (k, a) in cases.items():
         worst, graphs, breaks, backward = compiled_vs_eager(k, cpu_flex(k, a), B, T)
-        # the mamba_ssm kernels run outside the graph (torch.compiler.disable): a break each, by design
-        kernels_outside = k == 'mamba2' and device == 'cuda' and mamba.mamba_chunk_scan_combined is not None
+        # the mamba_ssm kernels run outside the graph (torch.compiler.disable): a break each,
+        # by design
+        kernels_outside = (k == 'mamba2' and device == 'cuda'
+                           and mamba.mamba_chunk_scan_combined is not None)
         ok = worst < 1e-4 and (kernels_outside or (graphs == 1 and breaks == 0))
         lines.append((f"compiled vs eager, {name}", 'PASS' if ok else 'FAIL',
-                      f"max relative difference {worst:.1e} (bound 1e-4), {graphs} graph(s), {breaks} graph break(s)"
+                      f"max relative difference {worst:.1e} (bound 1e-4), {graphs} graph(s), "
+                      f"{breaks} graph break(s)"
                       + ('' if backward else '; forward only (flex has no backward on CPU)')))
     return lines
 
@@ -264,8 +294,8 @@ def _():
             m = build(kind, a).train()
             if recompute:
                 for block in m.layers:
-                    block.forward = functools.partial(torch.utils.checkpoint.checkpoint, block.forward,
-                                                      use_reentrant=False)
+                    block.forward = functools.partial(torch.utils.checkpoint.checkpoint,
+                                                      block.forward, use_reentrant=False)
             x, y = batch(a['vocab_size'], B, T, 0)
             torch.manual_seed(1)
             loss = (m if dry_run else torch.compile(m, backend=backend))(x, y)[1]
@@ -281,9 +311,10 @@ def _():
 
 @check('dropout under bf16: E[D(x)] = x', in_quick=True)
 def _():
-    """Inverted dropout (PN-D, PL-D) eager and compiled, and SDPA's attention dropout, on bf16 inputs
-    as autocast hands them on: the mean of D(x) within 5 standard errors of the mean of x (a 1/(1-p)
-    rounded to bf16, 1.109375, would be off by 1.6e-3), the kept units scaled by 1/(1-p) to 1e-4."""
+    """Inverted dropout (PN-D, PL-D) eager and compiled, and SDPA's attention dropout, on bf16
+    inputs as autocast hands them on: the mean of D(x) within 5 standard errors of the mean of x (a
+    1/(1-p) rounded to bf16, 1.109375, would be off by 1.6e-3), the kept units scaled by 1/(1-p) to
+    1e-4."""
     p, n = 0.1, (2048 if dry_run else 4096)
     g = torch.Generator(device).manual_seed(0)
     x = (torch.rand(n, n, generator=g, device=device) + 0.5).bfloat16()
@@ -291,7 +322,8 @@ def _():
     se = (p / (1 - p) * x.double().pow(2).sum()).sqrt().item() / x.double().sum().item()
     lines = []
     ops = {'inverted dropout, eager': functools.partial(dropout_py.dropout, p=p),
-           'inverted dropout, compiled': torch.compile(functools.partial(dropout_py.dropout, p=p), backend=backend)}
+           'inverted dropout, compiled': torch.compile(functools.partial(dropout_py.dropout, p=p),
+                                                       backend=backend)}
     for name, op in ops.items():
         with torch.autocast(device, torch.bfloat16):
             y = op(x)
@@ -301,15 +333,19 @@ def _():
         lines.append((f"dropout under bf16, {name}", 'PASS' if ok else 'FAIL',
                       f"E[D(x)]/x - 1 = {mean - 1:+.1e} (bound {5 * se:.0e}), "
                       f"kept scale x (1-p) - 1 = {scale - 1:+.1e} (bound 1e-4)"))
-    # attention dropout: with all scores equal the output is the mean of the kept values, scaled; v = 1
+    # attention dropout: with all scores equal the output is the mean of the kept values,
+    # scaled; v = 1
     H, T = (4, 512) if dry_run else (16, 4096)
     q = torch.zeros(1, H, T, 64, device=device, dtype=torch.bfloat16)
     v = torch.ones_like(q)
-    y = F.scaled_dot_product_attention(q, q, v, is_causal=True, dropout_p=p)[..., 0].double()  # (1, H, T)
+    # (1, H, T)
+    y = F.scaled_dot_product_attention(q, q, v, is_causal=True, dropout_p=p)[..., 0].double()
     # row i averages i + 1 values: variance p/(1-p)/(i+1); the mean of all H T rows
-    se = (p / (1 - p) * H * (1 / torch.arange(1, T + 1, dtype=torch.float64)).sum()).sqrt().item() / (H * T)
+    se = ((p / (1 - p) * H * (1 / torch.arange(1, T + 1, dtype=torch.float64)).sum()).sqrt().item()
+          / (H * T))
     mean = y.mean().item()
-    lines.append(("dropout under bf16, SDPA's attention dropout", 'PASS' if abs(mean - 1) < 5 * se else 'FAIL',
+    lines.append(("dropout under bf16, SDPA's attention dropout",
+                  'PASS' if abs(mean - 1) < 5 * se else 'FAIL',
                   f"E[output]/v - 1 = {mean - 1:+.1e} (bound {5 * se:.0e})"))
     return lines
 
@@ -317,7 +353,8 @@ def _():
 @check('mamba_ssm kernels vs the PyTorch scan')
 def _():
     if device != 'cuda' or mamba.mamba_chunk_scan_combined is None:
-        return 'SKIP', "mamba_ssm not importable here (pip install mamba-ssm causal-conv1d --no-build-isolation)"
+        return 'SKIP', ("mamba_ssm not importable here "
+                        "(pip install mamba-ssm causal-conv1d --no-build-isolation)")
     kind, args, T, B = MAMBA
     fused, plain = build(kind, args), build(kind, args, use_kernels=False)
     plain.load_state_dict(fused.state_dict())
@@ -357,27 +394,31 @@ def _():
                 losses[bf16].append(loss.item())
         gap = max(abs(a - b) for a, b in zip(losses[True], losses[False]))
         lines.append((f"20 bf16 training steps vs fp32, {name}", 'PASS' if gap < 0.05 else 'FAIL',
-                      f"largest loss gap {gap:.3f} nats (bound 0.05; fp32 {losses[False][0]:.3f} -> "
-                      f"{losses[False][-1]:.3f})"))
+                      f"largest loss gap {gap:.3f} nats "
+                      f"(bound 0.05; fp32 {losses[False][0]:.3f} -> {losses[False][-1]:.3f})"))
     return lines
 
 
 @check('FSDP2 + compile + activation checkpointing + flex vs eager')
 def _():
     """configs/smollm3_cpt.py's composition in small: SmolLM3's layer pattern (RoPE, RoPE, RoPE
-    windowed; NoPE global), GQA, blocks recomputed in the backward, FSDP2 over one process, compiled;
-    float32, no dropout: the same loss and gradients as the plain eager model, and no recompile."""
+    windowed; NoPE global), GQA, blocks recomputed in the backward, FSDP2 over one process,
+    compiled; float32, no dropout: the same loss and gradients as the plain eager model, and no
+    recompile."""
     T, W = (64, 16) if dry_run else (2048, 512)
     size = dict(vocab_size=256, n_head=4, n_kv_head=2, n_embd=64, ffn_dim=128) if dry_run else \
         dict(vocab_size=50304, n_head=16, n_kv_head=4, n_embd=1024, ffn_dim=2816)
-    a = dict(**size, n_layer=4, mlp='swiglu', pos_encoding=['rope', 'rope', 'rope', 'nope'], window=[W, W, W, 0])
+    a = dict(**size, n_layer=4, mlp='swiglu', pos_encoding=['rope', 'rope', 'rope', 'nope'],
+             window=[W, W, W, 0])
     if not dist.is_initialized():
-        dist.init_process_group('nccl' if device == 'cuda' else 'gloo', store=dist.HashStore(), rank=0, world_size=1)
+        dist.init_process_group('nccl' if device == 'cuda' else 'gloo', store=dist.HashStore(),
+                                rank=0, world_size=1)
     try:
         m = build('transformer', a).train()
         ref = build('transformer', a).train()
         for block in m.layers:  # as train.py does: the backward recomputes each block
-            block.forward = functools.partial(torch.utils.checkpoint.checkpoint, block.forward, use_reentrant=False)
+            block.forward = functools.partial(torch.utils.checkpoint.checkpoint, block.forward,
+                                              use_reentrant=False)
         hardware.shard(m, device, bf16=False)
         torch._dynamo.reset()
         counters.clear()
@@ -403,20 +444,23 @@ def _():
     ok = worst < 1e-4 and graphs[1] == graphs[0]
     kernel = 'flex' if device == 'cuda' else 'SDPA (no flex backward on CPU)'
     return 'PASS' if ok else 'FAIL', (
-        f"attention through {kernel}: max relative difference {worst:.1e} (bound 1e-4), {graphs[0]} graph(s) after "
-        f"the first step, {graphs[1] - graphs[0]} more after the second (bound 0)")
+        f"attention through {kernel}: max relative difference {worst:.1e} (bound 1e-4), "
+        f"{graphs[0]} graph(s) after the first step, {graphs[1] - graphs[0]} more after the "
+        f"second (bound 0)")
 
 
 # -----------------------------------------------------------------------------
 # speed and memory
 
 def speed(models, vocab, T, B, steps=10, rounds=3):
-    """-> name: (tokens/s, text with MFU and the peak memory of a step, peak GB), compiled, timed side by side."""
+    """-> name: (tokens/s, text with MFU and the peak memory of a step, peak GB), compiled, timed
+    side by side."""
     autocast = torch.autocast(device, torch.bfloat16, enabled=device == 'cuda')
     steps, rounds = (2, 1) if dry_run else (steps, rounds)
 
     def make(m):
-        step, opt = torch.compile(m, backend=backend), torch.optim.AdamW(m.parameters(), lr=1e-4, fused=device == 'cuda')
+        step, opt = (torch.compile(m, backend=backend),
+                     torch.optim.AdamW(m.parameters(), lr=1e-4, fused=device == 'cuda'))
         return lambda n: timing.train_steps(step, opt, n, B, T, vocab, device, autocast)
     runs, peaks = {name: make(m) for name, m in models.items()}, {}
     for name, run in runs.items():
@@ -431,7 +475,9 @@ def speed(models, vocab, T, B, steps=10, rounds=3):
     for name, m in models.items():
         tps = steps * B * T / secs[name]
         mfu = f", MFU {100 * m.flops_per_token(T) * tps / peak:.1f}%" if peak else ''
-        figures[name] = (tps, f"{tps:,.0f} tokens/s{mfu}" + (f", peak {peaks[name]:.1f} GB" if name in peaks else ''),
+        figures[name] = (tps,
+                         f"{tps:,.0f} tokens/s{mfu}"
+                         + (f", peak {peaks[name]:.1f} GB" if name in peaks else ''),
                          peaks.get(name))
     return figures
 
@@ -439,10 +485,12 @@ def speed(models, vocab, T, B, steps=10, rounds=3):
 @check('regularizers: tokens/s, MFU, memory')
 def _():
     kind, args, T, B = SCRATCH
-    figs = speed({n: build(kind, args, **kw) for n, kw in VARIANTS.items()}, args['vocab_size'], T, B if dry_run else 8)
+    figs = speed({n: build(kind, args, **kw) for n, kw in VARIANTS.items()}, args['vocab_size'], T,
+                 B if dry_run else 8)
     base = figs['none'][0]
     return [(f"speed, NAPE {args['n_layer']}L/{args['n_embd']} at {T}, {n}",
-             goal(base / tps <= 1.05) if n in ('PL-D', 'VPAD') else 'INFO', f"{fig}, {base / tps:.2f}x the time of none")
+             goal(base / tps <= 1.05) if n in ('PL-D', 'VPAD') else 'INFO',
+             f"{fig}, {base / tps:.2f}x the time of none")
             for n, (tps, fig, _) in figs.items()]
 
 
@@ -450,7 +498,8 @@ def _():
 def _():
     kind, args, T, B = SCRATCH
     torch.manual_seed(0)
-    models = {'nanoGPT': timing.NanoGPT(args['vocab_size'], T, args['n_layer'], args['n_head'], args['n_embd']).to(device),
+    models = {'nanoGPT': timing.NanoGPT(args['vocab_size'], T, args['n_layer'], args['n_head'],
+                                        args['n_embd']).to(device),
               'model.py': build(kind, args)}
     figs = speed(models, args['vocab_size'], T, B if dry_run else 8)
     return 'INFO', f"model.py {figs['model.py'][1]}; nanoGPT {figs['nanoGPT'][1]}; " \
@@ -460,7 +509,9 @@ def _():
 @check('Mamba2-85M')
 def _():
     kind, args, T, B = MAMBA
-    return 'INFO', f"at {T}: {speed({'Mamba2': build(kind, args)}, args['vocab_size'], T, B if dry_run else 16)['Mamba2'][1]}"
+    fig = speed({'Mamba2': build(kind, args)}, args['vocab_size'], T,
+                B if dry_run else 16)['Mamba2'][1]
+    return 'INFO', f"at {T}: {fig}"
 
 
 @check('ASEntmax at its micro-batch', in_quick=True)
@@ -472,7 +523,8 @@ def _():
     steps, rounds = (1, 1) if quick else (3, 1)
     _, fig, peak = speed({'ASEntmax': m}, args['vocab_size'], T, B, steps, rounds)['ASEntmax']
     return goal(within(peak, est) and peak < 80), \
-        f"batch {B} x {T}: {fig}; hardware.py's estimate {est:.3g} GB (bound: within {MEMORY_RATIO}x, and under 80 GB)"
+        f"batch {B} x {T}: {fig}; hardware.py's estimate {est:.3g} GB " \
+        f"(bound: within {MEMORY_RATIO}x, and under 80 GB)"
 
 
 @check('prefill and decoding to 64K', in_quick=True)
@@ -480,7 +532,8 @@ def _():
     """Through the KV cache, as eval_loss and eval_niah run: the compiled flex and block mask
     recompile a few times (first shapes, then dynamic ones, then one query row), never past
     dynamo's limit, where flex would fall back to the unfused kernel and build the whole score
-    matrix; decoding syncs with the host less than once per layer; the peak is what hardware.py says."""
+    matrix; decoding syncs with the host less than once per layer; the peak is what hardware.py
+    says."""
     kind, args, _, _ = SCRATCH
     args = cpu_flex(kind, args)
     with torch.device('meta'):
@@ -494,7 +547,8 @@ def _():
         counters.clear()
         if device == 'cuda':
             torch.cuda.reset_peak_memory_stats()
-        r = timing.context_times(kind, args, L, gen, chunk, device, 'float32' if dry_run else 'bfloat16')
+        r = timing.context_times(kind, args, L, gen, chunk, device,
+                                 'float32' if dry_run else 'bfloat16')
         graphs, breaks = counters['stats']['unique_graphs'], sum(counters['graph_break'].values())
         est = sum(hardware.inference_estimate(shape, L, chunk, bf16=not dry_run).values()) / 2 ** 30
         ok = graphs <= MAX_GRAPHS and breaks == 0
@@ -503,25 +557,29 @@ def _():
         if device == 'cuda':
             peak, syncs = r['peak_mb'] / 1024, r['syncs_per_token']
             ok = ok and within(peak, est) and syncs < args['n_layer']
-            figure += f"peak {peak:.2f} GB, hardware.py's estimate {est:.2f} GB (bound: within {MEMORY_RATIO}x); " \
-                      f"{syncs:.1f} host syncs per decoded token (bound: under {args['n_layer']}, one per layer)"
+            figure += f"peak {peak:.2f} GB, hardware.py's estimate {est:.2f} GB " \
+                      f"(bound: within {MEMORY_RATIO}x); {syncs:.1f} host syncs per decoded " \
+                      f"token (bound: under {args['n_layer']}, one per layer)"
         else:
-            figure += f"hardware.py's estimate {est * 1024:.1f} MB; peak and syncs not measured on CPU"
+            figure += f"hardware.py's estimate {est * 1024:.1f} MB; " \
+                      f"peak and syncs not measured on CPU"
         lines.append((f"prefill and decoding at {L}", 'PASS' if ok else 'FAIL', figure))
     return lines
 
 
 # -----------------------------------------------------------------------------
 name = torch.cuda.get_device_name() if device == 'cuda' else 'CPU (dry run)'
-command = 'python -m tools.gpu_check' + (' --quick=True' if quick else '') + (' --dry_run=True' if dry_run else '')
+command = ('python -m tools.gpu_check' + (' --quick=True' if quick else '')
+           + (' --dry_run=True' if dry_run else ''))
 os.makedirs(out, exist_ok=True)
 with open(os.path.join(out, 'results.json'), 'w') as f:
-    json.dump({'device': name, 'torch': torch.__version__, 'dry_run': dry_run, 'quick': quick, 'results': results}, f,
-              indent=1)
+    json.dump({'device': name, 'torch': torch.__version__, 'dry_run': dry_run, 'quick': quick,
+               'results': results}, f, indent=1)
 with open(os.path.join(out, 'results.md'), 'w') as f:
     f.write(f"GPU self-check on {name}, torch {torch.__version__}: `{command}`\n\n")
     f.write("| check | status | figure |\n|---|---|---|\n")
     f.writelines(f"| {r['check']} | {r['status']} | {r['figure']} |\n" for r in results)
 failed = [r['check'] for r in results if r['status'] in ('FAIL', 'ERROR')]
-print(f"{len(results)} checks, {len(failed)} failed or crashed{': ' + ', '.join(failed) if failed else ''}; wrote {out}/results.json and results.md")
+print(f"{len(results)} checks, {len(failed)} failed or crashed"
+      f"{': ' + ', '.join(failed) if failed else ''}; wrote {out}/results.json and results.md")
 sys.exit(1 if failed else 0)

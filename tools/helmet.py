@@ -25,8 +25,9 @@ Where each piece comes from in HELMET's repository:
 - the table: scripts/collect_results.py: a row per input length, the columns
   "<dataset> <metric>", and "Recall", the mean of the four.
 
-The data: HELMET reads files it does not generate in its code (data/ruler/<task>/validation_<L>.jsonl,
-made by RULER's generator, and data/json_kv/test_k{105,220,440,900,1800}_dep6.jsonl); we make them:
+The data: HELMET reads files it does not generate in its code
+(data/ruler/<task>/validation_<L>.jsonl, made by RULER's generator, and
+data/json_kv/test_k{105,220,440,900,1800}_dep6.jsonl); we make them:
 - MK-2, MK-3, MV: ruler.prompt (RULER's needles, haystacks, and sizing: prompt plus RULER's 128
   tokens to generate fit the length, as RULER made HELMET's files), its prompt taken apart into
   context, query and needle type (singular for one value, "number" and "uuid", as RULER's niah.py
@@ -59,20 +60,23 @@ from tqdm import tqdm
 
 import ruler
 
-# HELMET dataset -> (ruler.py task, or None for JSON KV; generation_max_length), in configs/recall.yaml's order
+# HELMET dataset -> (ruler.py task, or None for JSON KV; generation_max_length), in
+# configs/recall.yaml's order
 TASKS = {
     'ruler_niah_mk_2': ('niah_multikey_2', 50),
     'ruler_niah_mk_3': ('niah_multikey_3', 100),
     'ruler_niah_mv': ('niah_multivalue', 50),
     'json_kv': (None, 100),
 }
-METRICS = {'ruler_niah_mk_2': 'ruler_recall', 'ruler_niah_mk_3': 'ruler_recall', 'ruler_niah_mv': 'ruler_recall',
-           'json_kv': 'substring_exact_match'}  # scripts/collect_results.py dataset_to_metrics
+# scripts/collect_results.py dataset_to_metrics
+METRICS = {'ruler_niah_mk_2': 'ruler_recall', 'ruler_niah_mk_3': 'ruler_recall',
+           'ruler_niah_mv': 'ruler_recall', 'json_kv': 'substring_exact_match'}
 LENGTHS = [8192, 16384, 32768, 65536, 131072]  # recall_short.yaml, then recall.yaml
 SAMPLES = 100  # max_test_samples
 SHOTS = 2  # JSON KV's demos
 
-# data.py load_ruler: (user_template, system_template); 'multi' for niah_mv and niah_mq, 'single' for the other niah
+# data.py load_ruler: (user_template, system_template); 'multi' for niah_mv and niah_mq, 'single'
+# for the other niah
 RULER_TEMPLATES = {
     'single': ("A special magic {type_needle_v} is hidden within the following text. Make sure to memorize it. "
                "I will quiz you about the {type_needle_v} afterwards.\n{context}\n"
@@ -100,7 +104,8 @@ def templates(task):
 
 
 def format_prompt(task, fields):
-    """A base model's prompt: user_template + "\\n" + system_template, filled (model_utils.py tokenize)."""
+    """A base model's prompt: user_template + "\\n" + system_template, filled (model_utils.py
+    tokenize)."""
     user, system = templates(task)
     return (user + "\n" + system).format(**fields)
 
@@ -112,10 +117,13 @@ def format_prompt(task, fields):
 # (Taken apart because ruler.niah returns only the finished text; were it to return its fields too,
 # this would go.)
 RULER_PROMPT = re.compile(
-    r"(?:A|Some) special magic (?P<type_needle_v>\w+) (?:is|are) hidden within the following text\. "
-    r"Make sure to memorize it\. I will quiz you about the (?P=type_needle_v) afterwards\.\n(?P<context>.*)\n"
-    r"What (?:is|are all) the special magic (?P=type_needle_v) for (?P<query>.+?) mentioned in the provided text\? "
-    r"The special magic (?P=type_needle_v) for (?P=query) mentioned in the provided text (?:is|are)", re.S)
+    r"(?:A|Some) special magic (?P<type_needle_v>\w+) (?:is|are) hidden within the following "
+    r"text\. Make sure to memorize it\. "
+    r"I will quiz you about the (?P=type_needle_v) afterwards\.\n(?P<context>.*)\n"
+    r"What (?:is|are all) the special magic (?P=type_needle_v) for (?P<query>.+?) "
+    r"mentioned in the provided text\? "
+    r"The special magic (?P=type_needle_v) for (?P=query) mentioned in the provided text "
+    r"(?:is|are)", re.S)
 
 
 def ruler_fields(text):
@@ -133,7 +141,8 @@ def ruler_fields(text):
 
 def json_object(records):
     """Lost in the Middle's JSON text of (key, value) records: one record a line, valid JSON."""
-    return ''.join(('{' if i == 0 else ' ') + f'"{k}": "{v}"' + (',\n' if i < len(records) - 1 else '}')
+    return ''.join(('{' if i == 0 else ' ') + f'"{k}": "{v}"'
+                   + (',\n' if i < len(records) - 1 else '}')
                    for i, (k, v) in enumerate(records))
 
 
@@ -141,16 +150,18 @@ def json_kv(num_kvs, rng, depth=0.0, shots=SHOTS):
     """A JSON KV sample of num_kvs random uuid pairs, the asked key at `depth` (0..1) of the
     object -> HELMET's fields {context, question, answer, demos, depth, num_kvs}."""
     records, keys = [], set()
-    while len(records) < num_kvs + shots:  # distinct keys: the asked one is in the object once, and in no demo
+    # distinct keys: the asked one is in the object once, and in no demo
+    while len(records) < num_kvs + shots:
         key = ruler.random_value('uuids', rng, None)
         if key not in keys:
             keys.add(key)
             records.append((key, ruler.random_value('uuids', rng, None)))
     records, demos = records[:num_kvs], records[num_kvs:]
     key, value = records[round(depth * (num_kvs - 1))]
-    demo_text = "\n\n".join(JSON_KV_DEMO.format(key=k, value=" " + v) for k, v in demos) + ("\n\n" if shots > 0 else "")
-    return {'context': JSON_KV_HEADER + json_object(records), 'question': key, 'answer': [value], 'demos': demo_text,
-            'depth': depth, 'num_kvs': num_kvs}
+    demo_text = ("\n\n".join(JSON_KV_DEMO.format(key=k, value=" " + v) for k, v in demos)
+                 + ("\n\n" if shots > 0 else ""))
+    return {'context': JSON_KV_HEADER + json_object(records), 'question': key, 'answer': [value],
+            'demos': demo_text, 'depth': depth, 'num_kvs': num_kvs}
 
 
 def special_tokens(tokenizer):
@@ -166,8 +177,9 @@ def json_kv_sample(tokenizer, length, id, seed, sizes, depth):
     ttg = TASKS['json_kv'][1] + special_tokens(tokenizer)
     if ('json_kv', length) not in sizes:
         fit_rng = random.Random(f"{seed}/fit/json_kv/{length}")
-        sizes[('json_kv', length)] = ruler.fit(lambda n: (format_prompt('json_kv', json_kv(n, fit_rng, depth)), None),
-                                               tokenizer, length, ttg, minimum=2)
+        sizes[('json_kv', length)] = ruler.fit(
+            lambda n: (format_prompt('json_kv', json_kv(n, fit_rng, depth)), None),
+            tokenizer, length, ttg, minimum=2)
     n = sizes[('json_kv', length)]
     while True:
         fields = json_kv(n, random.Random(f"{seed}/json_kv/{id}"), depth)
@@ -206,7 +218,8 @@ def sample(task, tokenizer, length, id, seed, data, sizes, index=0):
     if task not in TASKS:
         raise ValueError(f"unknown HELMET recall task {task!r}: the tasks are {', '.join(TASKS)}")
     if task == 'json_kv':
-        fields = json_kv_sample(tokenizer, length, id, seed, sizes, JSON_KV_DEPTHS[index % len(JSON_KV_DEPTHS)])
+        fields = json_kv_sample(tokenizer, length, id, seed, sizes,
+                                JSON_KV_DEPTHS[index % len(JSON_KV_DEPTHS)])
     else:
         text, answers = ruler.prompt(TASKS[task][0], tokenizer, length, id, seed, data, sizes)
         fields = {**ruler_fields(text), 'answer': answers}
@@ -227,21 +240,25 @@ def normalize_answer(s):
 
 
 def answer_list(answers):
-    """A string, a list, or a list of lists of answers -> a flat list (drqa_metric_max_over_ground_truths)."""
+    """A string, a list, or a list of lists of answers -> a flat list
+    (drqa_metric_max_over_ground_truths)."""
     if isinstance(answers, str):
         return [answers]
-    return [a for group in answers for a in group] if isinstance(answers[0], list) else list(answers)
+    return ([a for group in answers for a in group] if isinstance(answers[0], list)
+            else list(answers))
 
 
 def substring_exact_match(prediction, answers):
     """1 if any normalised answer is a substring of the normalised prediction, else 0."""
-    return float(any(normalize_answer(a) in normalize_answer(prediction) for a in answer_list(answers)))
+    return float(any(normalize_answer(a) in normalize_answer(prediction)
+                     for a in answer_list(answers)))
 
 
 def parse_output(output, prefix="Answer:"):
     """utils.py: the rest of the line after the prefix (case-insensitive), else the first line;
     the prefix stripped once more if repeated."""
-    for pattern in (re.compile(f"(?:{prefix})(.*)(?:\n|$)", flags=re.IGNORECASE), re.compile(r"(?:^)(.*)(?:\n|$)")):
+    for pattern in (re.compile(f"(?:{prefix})(.*)(?:\n|$)", flags=re.IGNORECASE),
+                    re.compile(r"(?:^)(.*)(?:\n|$)")):
         m = pattern.search(output)
         if m is not None:
             return re.sub(f'^{re.escape(prefix)}', '', m[1].strip(), flags=re.IGNORECASE).strip()
@@ -249,8 +266,8 @@ def parse_output(output, prefix="Answer:"):
 
 
 def ruler_recall(prediction, answers):
-    """data.py load_ruler's post_process: the fraction of the answers that are lower-cased substrings
-    of the prediction (the same rule as RULER's string_match_all)."""
+    """data.py load_ruler's post_process: the fraction of the answers that are lower-cased
+    substrings of the prediction (the same rule as RULER's string_match_all)."""
     return ruler.string_match_all(prediction, answers)
 
 
@@ -260,7 +277,8 @@ def score(task, fields, output):
     prediction = templates(task)[1].format(**fields) + output
     if task == 'json_kv':  # the max over the output and its parsed line
         return max(substring_exact_match(prediction, fields['answer']),
-                   substring_exact_match(parse_output(prediction, "corresponding value:"), fields['answer'])), prediction
+                   substring_exact_match(parse_output(prediction, "corresponding value:"),
+                                         fields['answer'])), prediction
     return ruler_recall(prediction, fields['answer']), prediction
 
 
@@ -283,25 +301,30 @@ def table(scores, lengths, model):
     columns = ['input_max_length', 'model'] + [f"{t} {METRICS[t]}" for t in names] + ['Recall']
     width = [max(len(c), 8) for c in columns]
     width[1] = max(width[1], len(model))
-    lines = ['  '.join(c.rjust(w) if i != 1 else c.ljust(w) for i, (c, w) in enumerate(zip(columns, width)))]
+    lines = ['  '.join(c.rjust(w) if i != 1 else c.ljust(w)
+                       for i, (c, w) in enumerate(zip(columns, width)))]
     for L in lengths:
-        cells = [str(L), model] + [f"{v:.2f}" if v == v else '-' for v in [scores[t][L] for t in names] + [recall(scores, L)]]
-        lines.append('  '.join(c.rjust(w) if i != 1 else c.ljust(w) for i, (c, w) in enumerate(zip(cells, width))))
+        cells = [str(L), model] + [f"{v:.2f}" if v == v else '-'
+                                   for v in [scores[t][L] for t in names] + [recall(scores, L)]]
+        lines.append('  '.join(c.rjust(w) if i != 1 else c.ljust(w)
+                               for i, (c, w) in enumerate(zip(cells, width))))
     return '\n'.join(lines)
 
 
 # -----------------------------------------------------------------------------
 # the evaluation (tools/eval_helmet.py)
 
-def evaluate(model, tokenizer, results, tasks, lengths, samples, seed, data, device='cpu', chunk_size=1024,
-             autocast=None, say=print):
+def evaluate(model, tokenizer, results, tasks, lengths, samples, seed, data, device='cpu',
+             chunk_size=1024, autocast=None, say=print):
     """Run every sample not yet in results (a ruler.Results) -> {'scores': {task: {length: metric
     x100}} (nan where it did not run), 'recall': {length: the mean over the tasks that ran},
     'tasks_averaged', 'empty': {task: {length: empty outputs}}, 'skipped': {task: why the data is
-    missing}, 'too_short': {task/length: why}, 'stand_in_haystack': {task: what its essay is instead}}."""
+    missing}, 'too_short': {task/length: why}, 'stand_in_haystack': {task: what its essay is
+    instead}}."""
     sizes = {}
-    ran, skipped, too_short, jobs = ruler.plan(tasks, lengths, samples, lambda t: missing(t, data),
-                                               lambda t, L: sample(t, tokenizer, L, 'check', seed, data, sizes), say)
+    ran, skipped, too_short, jobs = ruler.plan(
+        tasks, lengths, samples, lambda t: missing(t, data),
+        lambda t, L: sample(t, tokenizer, L, 'check', seed, data, sizes), say)
     for task, L, i in tqdm(jobs, desc='HELMET recall', unit='sample'):
         id = f"{task}/{L}/{i}"
         if id in results:
@@ -315,11 +338,13 @@ def evaluate(model, tokenizer, results, tasks, lengths, samples, seed, data, dev
     rows = [r for r in results.rows.values() if r['task'] in ran and r['length'] in lengths]
 
     def cell(t, L):
-        return [r for r in rows if r['task'] == t and r['length'] == L and int(r['id'].rsplit('/', 1)[1]) < samples]
+        return [r for r in rows
+                if r['task'] == t and r['length'] == L and int(r['id'].rsplit('/', 1)[1]) < samples]
     scores = {t: {L: mean100([r['score'] for r in cell(t, L)]) for L in lengths} for t in ran}
     return {'scores': scores, 'recall': {L: recall(scores, L) for L in lengths},
             'tasks_averaged': {L: sum((t, L) not in too_short for t in ran) for L in lengths},
-            'empty': {t: {L: sum(r['output'].strip() == '' for r in cell(t, L)) for L in lengths} for t in ran},
+            'empty': {t: {L: sum(r['output'].strip() == '' for r in cell(t, L)) for L in lengths}
+                      for t in ran},
             'skipped': skipped, 'too_short': {f"{t}/{L}": why for (t, L), why in too_short.items()},
             'stand_in_haystack': {t: data.stand_in for t in ran if data.stand_in and on_essay(t)}}
 
@@ -335,6 +360,6 @@ def task_list(tasks):
         raise SystemExit("config error: tasks must not be empty")
     unknown = [t for t in names if t not in TASKS]
     if unknown:
-        raise SystemExit(f"unknown HELMET recall task {unknown[0]!r}: the tasks are {', '.join(TASKS)}, "
-                         f"or 'recall' for all four")
+        raise SystemExit(f"unknown HELMET recall task {unknown[0]!r}: "
+                         f"the tasks are {', '.join(TASKS)}, or 'recall' for all four")
     return names

@@ -1,19 +1,21 @@
 """
 lm-eval's model 'lengthgen' (LengthGenLM): any checkpoint that checkpoint.load_model reads (NAPE,
 ALiBi and ASEntmax transformers, Mamba2, SmolLM3 CPT runs, weights folders) as an lm-eval LM over
-our own forward pass, KV cache and tokenizer. Most of these fit no Hugging Face layout (tools/export_hf.py
-refuses them). tools/eval_lm.py is its command line (the paper's Table 7).
+our own forward pass, KV cache and tokenizer. Most of these fit no Hugging Face layout
+(tools/export_hf.py refuses them). tools/eval_lm.py is its command line (the paper's Table 7).
 
 From lm-eval's CLI: lm_eval 0.4.13 finds models only in its registry, filled by its own
 hard-coded MODEL_MAPPING and by @register_model when a module is imported; it scans no entry
 points and has no option that imports a module (--include_path is for tasks). So plain
 `lm_eval --model lengthgen` cannot work, but importing this module first registers the class:
 
-    python -c "from tools import lengthgen; from lm_eval.__main__ import cli_evaluate; cli_evaluate()" \\
-        --model lengthgen --model_args ckpt=out/nape/ckpt_000953.pt,dtype=bfloat16 --tasks arc_easy --batch_size 16
+    python -c \\
+        "from tools import lengthgen; from lm_eval.__main__ import cli_evaluate; cli_evaluate()" \\
+        --model lengthgen --model_args ckpt=out/nape/ckpt_000953.pt,dtype=bfloat16 \\
+        --tasks arc_easy --batch_size 16
 
-(from the repository root; in Python, after `import lengthgen`, lm_eval.simple_evaluate(model='lengthgen',
-model_args={'ckpt': ...}) works likewise.)
+(from the repository root; in Python, after `import lengthgen`,
+lm_eval.simple_evaluate(model='lengthgen', model_args={'ckpt': ...}) works likewise.)
 
 How requests are answered (lm-eval's contract, as its HFLM does it, so that numbers agree with
 `lm_eval --model hf` on an export of the same model):
@@ -44,7 +46,8 @@ try:
     from lm_eval.api.registry import register_model
     from lm_eval.models.utils import normalize_gen_kwargs
 except ImportError:
-    raise SystemExit("tools/lengthgen.py (tools/eval_lm.py's lm-eval model) needs lm-eval: pip install lm_eval") from None
+    raise SystemExit("tools/lengthgen.py (tools/eval_lm.py's lm-eval model) needs lm-eval: "
+                     "pip install lm_eval") from None
 from tqdm import tqdm
 
 import measures
@@ -52,7 +55,8 @@ import measures
 
 def encode_pair(tok, context, continuation):
     """(context tokens, continuation tokens) by lm-eval's rule for causal models (TemplateLM)."""
-    if not context:  # nothing to condition on: the end-of-text token, unless the text starts with it
+    # nothing to condition on: the end-of-text token, unless the text starts with it
+    if not context:
         cont = tok.encode(continuation)
         return ([tok.eot], cont) if not cont or cont[0] != tok.eot else (cont[:1], cont[1:])
     n = len(context) - len(context.rstrip())
@@ -121,28 +125,31 @@ def greedy_until(model, tok, ids, until, max_new_tokens, chunk_size, device):
 
 @register_model('lengthgen')
 class LengthGenLM(LM):
-    """lm-eval's LM over checkpoint.load_model: any checkpoint file or weights folder with a tokenizer.
+    """lm-eval's LM over checkpoint.load_model: any checkpoint file or weights folder with a
+    tokenizer.
     max_length: the most tokens one forward pass sees (0: the length the checkpoint was trained at).
     dtype: 'bfloat16' runs under autocast (the eval scripts' default on CUDA), 'float32' plain.
     window, overrides: model arguments that change no weight (measures.load_for_eval), e.g. YaRN."""
 
-    def __init__(self, ckpt, device=None, batch_size=1, dtype=None, max_length=0, chunk_size=1024, window=None,
-                 overrides=None, max_batch_size=None, max_gen_toks=256):
+    def __init__(self, ckpt, device=None, batch_size=1, dtype=None, max_length=0, chunk_size=1024,
+                 window=None, overrides=None, max_batch_size=None, max_gen_toks=256):
         super().__init__()
         device = device or ('cuda' if torch.cuda.is_available() else 'cpu')
-        if device.startswith('cuda') and not torch.cuda.is_available():  # lm-eval's CLI defaults to cuda:0
+        # lm-eval's CLI defaults to cuda:0
+        if device.startswith('cuda') and not torch.cuda.is_available():
             raise ValueError(f"device {device!r} but CUDA is not available here: give --device cpu")
         dtype = dtype or ('bfloat16' if device.startswith('cuda') else 'float32')
         if str(batch_size).startswith('auto'):
             raise ValueError("batch_size 'auto' is not supported here: give a number")
         if dtype not in ('bfloat16', 'float32'):
             raise ValueError(f"dtype must be 'bfloat16' or 'float32', got {dtype!r}")
-        self.model, self.tok, info, self.autocast = measures.eval_setup(ckpt, device, dtype, 'lm-eval', window,
-                                                                            overrides=overrides)
+        self.model, self.tok, info, self.autocast = measures.eval_setup(
+            ckpt, device, dtype, 'lm-eval', window, overrides=overrides)
         if self.tok.spec['kind'] == 'symbols':
             raise ValueError(f"{ckpt} reads the symbols of a synthetic task, not text: "
                              f"lm-eval's tasks need a text tokenizer")
-        trained = (info.get('config') or {}).get('block_size') or getattr(self.model.config, 'block_size', 2048)
+        trained = ((info.get('config') or {}).get('block_size')
+                   or getattr(self.model.config, 'block_size', 2048))
         self.max_length = int(max_length) or trained
         measures.check_length(self.model, self.max_length, ckpt)
         self.ckpt, self.step = ckpt, info.get('step')
@@ -150,7 +157,8 @@ class LengthGenLM(LM):
         self.max_gen_toks, self.dtype, self._device = int(max_gen_toks), dtype, torch.device(device)
 
     def get_model_info(self):  # lm-eval adds this to its results' config
-        return {'ckpt': self.ckpt, 'step': self.step, 'max_length': self.max_length, 'dtype': self.dtype}
+        return {'ckpt': self.ckpt, 'step': self.step, 'max_length': self.max_length,
+                'dtype': self.dtype}
 
     def _score_rows(self, rows, desc, disable_tqdm):
         """(inputs, targets) token lists -> [(sum of log-probs, all greedy)], batched longest
@@ -166,7 +174,8 @@ class LengthGenLM(LM):
                 x, y = rows[i]
                 inp[r, :len(x)], tgt[r, :len(y)] = torch.tensor(x), torch.tensor(y)
             with self.autocast:
-                logp, greedy = score(self.model, inp.to(self._device), tgt.to(self._device), self.chunk_size)
+                logp, greedy = score(self.model, inp.to(self._device), tgt.to(self._device),
+                                     self.chunk_size)
             for i, lp, g in zip(batch, logp.tolist(), greedy.tolist()):
                 out[i] = (lp, g)
         return out
@@ -175,9 +184,11 @@ class LengthGenLM(LM):
         rows = []
         for req in requests:
             ctx, cont = encode_pair(self.tok, *req.args)
-            whole = (ctx + cont)[-(self.max_length + 1):]  # at most max_length inputs, the oldest context dropped
+            # at most max_length inputs, the oldest context dropped
+            whole = (ctx + cont)[-(self.max_length + 1):]
             if len(cont) >= len(whole):
-                raise ValueError(f"a continuation of {len(cont)} tokens does not fit max_length = {self.max_length}")
+                raise ValueError(f"a continuation of {len(cont)} tokens does not fit "
+                                 f"max_length = {self.max_length}")
             rows.append((whole[:-1], [-1] * (len(whole) - 1 - len(cont)) + cont))
         return self._score_rows(rows, 'loglikelihood', disable_tqdm)
 
@@ -188,7 +199,8 @@ class LengthGenLM(LM):
                 rows.append(w)
                 owner.append(i)
         total = [0.0] * len(requests)
-        for i, (logp, _) in zip(owner, self._score_rows(rows, 'loglikelihood_rolling', disable_tqdm)):
+        for i, (logp, _) in zip(owner,
+                                self._score_rows(rows, 'loglikelihood_rolling', disable_tqdm)):
             total[i] += logp
         return total
 
@@ -196,16 +208,21 @@ class LengthGenLM(LM):
         out = []
         for req in tqdm(requests, desc='generate_until', disable=disable_tqdm):
             context, gen_kwargs = req.args
-            kwargs = normalize_gen_kwargs(gen_kwargs, self.max_gen_toks)  # lm-eval's aliases and defaults
+            # lm-eval's aliases and defaults
+            kwargs = normalize_gen_kwargs(gen_kwargs, self.max_gen_toks)
             if kwargs.get('do_sample'):
-                raise ValueError(f"this model decodes greedily only; the task asks for sampling ({gen_kwargs})")
-            until = list(kwargs['until']) + [self.tok.decode([self.tok.eot])]  # as HFLM: the eot text stops too
+                raise ValueError(f"this model decodes greedily only; the task asks for sampling "
+                                 f"({gen_kwargs})")
+            # as HFLM: the eot text stops too
+            until = list(kwargs['until']) + [self.tok.decode([self.tok.eot])]
             n = kwargs['max_gen_toks']
             if n >= self.max_length:
-                raise ValueError(f"max_gen_toks = {n} leaves no room for a context in max_length = {self.max_length}")
+                raise ValueError(f"max_gen_toks = {n} leaves no room for a context in "
+                                 f"max_length = {self.max_length}")
             ids = (self.tok.encode(context) or [self.tok.eot])[-(self.max_length - n):]
             with self.autocast:
-                out.append(greedy_until(self.model, self.tok, ids, until, n, self.chunk_size, self._device))
+                out.append(greedy_until(self.model, self.tok, ids, until, n, self.chunk_size,
+                                        self._device))
         return out
 
 
@@ -213,10 +230,12 @@ def task_names(tasks, manager):
     """--tasks as a list (a comma-separated string or a list), every name known to the
     TaskManager, else SystemExit naming the unknown ones, with the closest known names."""
     import difflib
-    names = [n.strip() for n in (tasks.split(',') if isinstance(tasks, str) else tasks) if n.strip()]
+    names = [n.strip() for n in (tasks.split(',') if isinstance(tasks, str) else tasks)
+             if n.strip()]
     unknown = [n for n in names if n not in manager.all_tasks]
     if unknown:
         hints = {n: difflib.get_close_matches(n, manager.all_tasks, n=1) for n in unknown}
-        raise SystemExit("unknown lm-eval task(s): " + ', '.join(n + (f" (did you mean {h[0]!r}?)" if h else '')
-                                                                 for n, h in hints.items()))
+        raise SystemExit("unknown lm-eval task(s): "
+                         + ', '.join(n + (f" (did you mean {h[0]!r}?)" if h else '')
+                                     for n, h in hints.items()))
     return names

@@ -26,8 +26,10 @@ import urllib.request
 from tqdm import tqdm
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-RULER = 'https://github.com/NVIDIA/RULER/raw/c3f5e3b4f87f97e048793bb510a3a6b19a46bf3a/scripts/data/synthetic/json'
-WORDS_SHA256 = 'affcd6d45fdf3cc843d585c99c97ad615094e760e6c4756b654bab6c73bc2eca'  # its Git LFS pointer's oid
+RULER = ('https://github.com/NVIDIA/RULER/raw/c3f5e3b4f87f97e048793bb510a3a6b19a46bf3a/'
+         'scripts/data/synthetic/json')
+# its Git LFS pointer's oid
+WORDS_SHA256 = 'affcd6d45fdf3cc843d585c99c97ad615094e760e6c4756b654bab6c73bc2eca'
 
 
 def page_text(raw):
@@ -36,8 +38,10 @@ def page_text(raw):
     import html2text
     from bs4 import BeautifulSoup
     h = html2text.HTML2Text()
-    h.ignore_images, h.ignore_tables, h.escape_all, h.reference_links, h.mark_code = True, True, True, False, False
-    return h.handle(str(BeautifulSoup(raw.decode('unicode_escape', 'utf-8'), 'html.parser').find('font')))
+    h.ignore_images = h.ignore_tables = h.escape_all = True
+    h.reference_links = h.mark_code = False
+    return h.handle(str(BeautifulSoup(raw.decode('unicode_escape', 'utf-8'),
+                                      'html.parser').find('font')))
 
 
 def fetch(url):
@@ -54,9 +58,12 @@ def write_json(path, obj):
 
 
 if __name__ == '__main__':
-    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument('--urls', default=os.path.join(HERE, 'PaulGrahamEssays_URLs.txt'), help="RULER's essay URLs")
-    parser.add_argument('--words_url', default=f'{RULER}/english_words.json', help="RULER's english_words.json")
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('--urls', default=os.path.join(HERE, 'PaulGrahamEssays_URLs.txt'),
+                        help="RULER's essay URLs")
+    parser.add_argument('--words_url', default=f'{RULER}/english_words.json',
+                        help="RULER's english_words.json")
     parser.add_argument('--words_sha256', default=WORDS_SHA256)
     parser.add_argument('--out_dir', default=HERE)
     args = parser.parse_args()
@@ -67,7 +74,8 @@ if __name__ == '__main__':
             import bs4  # noqa: F401
             import html2text  # noqa: F401
         except ImportError:
-            raise SystemExit("the paulgraham.com pages need beautifulsoup4 and html2text: pip install beautifulsoup4 html2text")
+            raise SystemExit("the paulgraham.com pages need beautifulsoup4 and html2text: "
+                             "pip install beautifulsoup4 html2text")
     repo, html, failed = {}, {}, []
     for url in tqdm(urls, desc='essays', unit='essay'):
         name = url.split('/')[-1].replace('.html', '.txt')
@@ -81,13 +89,17 @@ if __name__ == '__main__':
             failed.append(url)
             tqdm.write(f"failed: {url} ({e})")
     if failed:
-        raise SystemExit(f"{len(failed)} of {len(urls)} essays did not download (above): nothing written; run it again")
+        raise SystemExit(f"{len(failed)} of {len(urls)} essays did not download (above): "
+                         f"nothing written; run it again")
     words = fetch(args.words_url)
     if hashlib.sha256(words).hexdigest() != args.words_sha256:
-        raise SystemExit(f"{args.words_url} is not RULER's english_words.json (its SHA-256 differs): nothing written")
+        raise SystemExit(f"{args.words_url} is not RULER's english_words.json "
+                         f"(its SHA-256 differs): nothing written")
     text = ''.join(repo[k] for k in sorted(repo)) + ''.join(html[k] for k in sorted(html))
     os.makedirs(args.out_dir, exist_ok=True)
     write_json(os.path.join(args.out_dir, 'essays.json'), {'text': text})
-    print(f"wrote {os.path.join(args.out_dir, 'essays.json')}: {len(repo)} + {len(html)} essays, {len(text.split()):,} words")
+    print(f"wrote {os.path.join(args.out_dir, 'essays.json')}: {len(repo)} + {len(html)} essays, "
+          f"{len(text.split()):,} words")
     write_json(os.path.join(args.out_dir, 'english_words.json'), json.loads(words))
-    print(f"wrote {os.path.join(args.out_dir, 'english_words.json')}: {len(json.loads(words)):,} words")
+    print(f"wrote {os.path.join(args.out_dir, 'english_words.json')}: "
+          f"{len(json.loads(words)):,} words")

