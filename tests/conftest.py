@@ -19,11 +19,12 @@ import checkpoint  # noqa: E402
 from tokens import Tokenizer, write_shard  # noqa: E402
 
 # a tiny model and run for train.py: 2 micro-steps per iteration, 8 iterations
-TINY = ['--device=cpu', '--n_layer=2', '--n_head=4', '--n_embd=32', '--block_size=32', '--batch_size=4',
-        '--tokens_per_batch=256', '--max_tokens=2048', '--learning_rate=3e-3', '--min_lr=3e-4', '--warmup_frac=0.25',
-        '--eval_iters=2', '--eval_lengths=[32, 64]', '--eval_windows=2', '--log_interval=1', '--eval_interval=4',
-        '--ckpt_interval=4']
-CPT = [a for a in TINY if a.split('=')[0] not in ('--n_layer', '--n_head', '--n_embd')]  # CPT takes the source's architecture
+TINY = ['--device=cpu', '--n_layer=2', '--n_head=4', '--n_embd=32', '--block_size=32',
+        '--batch_size=4', '--tokens_per_batch=256', '--max_tokens=2048', '--learning_rate=3e-3',
+        '--min_lr=3e-4', '--warmup_frac=0.25', '--eval_iters=2', '--eval_lengths=[32, 64]',
+        '--eval_windows=2', '--log_interval=1', '--eval_interval=4', '--ckpt_interval=4']
+# CPT takes the source's architecture
+CPT = [a for a in TINY if a.split('=')[0] not in ('--n_layer', '--n_head', '--n_embd')]
 
 
 def byte_dataset(d, n_train, n_val, words_per_doc):
@@ -35,8 +36,10 @@ def byte_dataset(d, n_train, n_val, words_per_doc):
     tok = Tokenizer({'kind': 'byte'})
     docs = [' '.join(rng.choice(words, size=words_per_doc)) + '.' for _ in range(n_train + n_val)]
     for split, part in (('train', docs[:n_train]), ('val', docs[n_train:])):
-        write_shard(str(d / f'{split}.bin'), [t for doc in part for t in tok.encode(doc) + [tok.eot]], tok.n_vocab)
-    (d / 'meta.json').write_text(json.dumps({'tokenizer': tok.spec, 'vocab_size': tok.n_vocab, 'eot': tok.eot}))
+        write_shard(str(d / f'{split}.bin'),
+                    [t for doc in part for t in tok.encode(doc) + [tok.eot]], tok.n_vocab)
+    (d / 'meta.json').write_text(json.dumps({'tokenizer': tok.spec, 'vocab_size': tok.n_vocab,
+                                             'eot': tok.eot}))
     return str(d)
 
 

@@ -20,13 +20,16 @@ TINY = dict(n_layer=2, n_head=2, n_embd=16, vocab_size=260, block_size=32, pos_e
 
 def write_ckpt(path, seed, model_type='transformer', dtype=torch.float32, **changes):
     torch.manual_seed(seed)
-    cls, config = (Transformer, TransformerConfig) if model_type == 'transformer' else (Mamba2, Mamba2Config)
-    args = {**TINY, **changes} if model_type == 'transformer' else dict(n_layer=2, n_embd=32, d_state=8, headdim=8,
-                                                                        vocab_size=260, chunk_size=8, **changes)
+    cls, config = ((Transformer, TransformerConfig) if model_type == 'transformer'
+                   else (Mamba2, Mamba2Config))
+    args = ({**TINY, **changes} if model_type == 'transformer'
+            else dict(n_layer=2, n_embd=32, d_state=8, headdim=8, vocab_size=260, chunk_size=8,
+                      **changes))
     model = cls(config(**args))
     state = {k: v.to(dtype) for k, v in model.state_dict().items()}
     checkpoint.save({'model': state, 'model_type': model_type, 'model_args': asdict(model.config),
-                     'tokenizer': {'kind': 'byte'}, 'step': seed, 'config': {'block_size': 32}}, str(path))
+                     'tokenizer': {'kind': 'byte'}, 'step': seed, 'config': {'block_size': 32}},
+                    str(path))
     return state
 
 
@@ -42,7 +45,8 @@ def test_mean_of_two_is_exact(tmp_path, dtype):
     avg = average_ckpts.average([str(tmp_path / 'a.pt'), str(tmp_path / 'b.pt')])
     assert avg.keys() == a.keys()
     for k in a:  # the correctly rounded mean, in the stored dtype
-        assert avg[k].dtype == dtype and torch.equal(avg[k], ((a[k].double() + b[k].double()) / 2).to(dtype)), k
+        assert (avg[k].dtype == dtype
+                and torch.equal(avg[k], ((a[k].double() + b[k].double()) / 2).to(dtype))), k
 
 
 @pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
@@ -58,7 +62,8 @@ def test_mean_of_many_and_non_float_tensors_from_the_newest(tmp_path):
     for i in range(4):
         states.append(write_ckpt(tmp_path / f'{i}.pt', i))
         ckpt = dict(checkpoint.load(str(tmp_path / f'{i}.pt')))
-        ckpt['model'] = {**ckpt['model'], 'counter': torch.tensor([i, 10 * i])}  # a non-float buffer
+        # a non-float buffer
+        ckpt['model'] = {**ckpt['model'], 'counter': torch.tensor([i, 10 * i])}
         checkpoint.save(ckpt, str(tmp_path / f'{i}.pt'))
         paths.append(str(tmp_path / f'{i}.pt'))
     avg = average_ckpts.average(paths)
@@ -78,7 +83,8 @@ def test_script_averages_the_last_K_and_every_eval_script_loads_it(tmp_path):
     assert info['averaged_steps'] == [30, 40] and info['step'] == 40 and tok is not None
     for k, v in model.state_dict().items():
         assert torch.equal(v, ((states[30][k].double() + states[40][k].double()) / 2).float())
-    assert checkpoint.steps(str(run_dir)) == [10, 20, 30, 40]  # the average is not mistaken for a step
+    # the average is not mistaken for a step
+    assert checkpoint.steps(str(run_dir)) == [10, 20, 30, 40]
     # every other one, counted back from the newest; a step range; explicit steps
     assert checkpoint.select(str(run_dir), 2, 2, 0, -1) == [20, 40]
     assert checkpoint.select(str(run_dir), 0, 1, 15, 35) == [20, 30]
@@ -93,7 +99,8 @@ def test_mamba2_checkpoints(tmp_path):
     assert r[0] == 0, r[1]
     model, _, _ = checkpoint.load_model(str(tmp_path / 'b_avg2.pt'))  # beside the newest
     assert isinstance(model, Mamba2)
-    assert all(torch.equal(v, ((a[k].double() + b[k].double()) / 2).float()) for k, v in model.state_dict().items())
+    assert all(torch.equal(v, ((a[k].double() + b[k].double()) / 2).float())
+               for k, v in model.state_dict().items())
 
 
 def test_sharded_weights_folders_in_and_out(tmp_path):
@@ -107,7 +114,8 @@ def test_sharded_weights_folders_in_and_out(tmp_path):
     assert len(shards) > 2
     r = run(f"--ckpts={[str(tmp_path / f'hf{i}') for i in range(3)]}", f'--out={tmp_path}/avg')
     assert r[0] == 0, r[1]
-    assert sorted(os.listdir(tmp_path / 'avg')) == sorted(os.listdir(tmp_path / 'hf2') + ['averaged.json'])
+    assert (sorted(os.listdir(tmp_path / 'avg'))
+            == sorted(os.listdir(tmp_path / 'hf2') + ['averaged.json']))
     avg, _, _ = checkpoint.load_model(str(tmp_path / 'avg'))
     for k, v in avg.state_dict().items():
         mean = sum(m.state_dict()[k].to(torch.bfloat16).float() for m in models) / 3
@@ -118,7 +126,8 @@ def test_sharded_weights_folders_in_and_out(tmp_path):
     r = run(f"--ckpts={[str(tmp_path / f'hf{i}') for i in range(2)]}", f'--out={tmp_path}/avg',
             '--overwrite=True')
     assert r[0] == 0, r[1]
-    assert json.loads((tmp_path / 'avg' / 'averaged.json').read_text())['averaged_from'][-1].endswith('hf1')
+    assert (json.loads((tmp_path / 'avg' / 'averaged.json').read_text())['averaged_from'][-1]
+            .endswith('hf1'))
     assert sorted(os.listdir(tmp_path)) == ['avg', 'hf0', 'hf1', 'hf2']  # no .tmp or .old left
 
 

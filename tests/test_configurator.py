@@ -7,24 +7,27 @@ import pytest
 
 from configurator import configure
 
-DEFAULTS = {'learning_rate': 6e-4, 'n_layer': 12, 'compile': None, 'name': 'x', 'eval_lengths': [1, 2],
-            'window': 0, 'flag': True, 'PROJECTIONS': ('q_proj',),  # a module constant: not a key
+DEFAULTS = {'learning_rate': 6e-4, 'n_layer': 12, 'compile': None, 'name': 'x',
+            'eval_lengths': [1, 2], 'window': 0, 'flag': True,
+            'PROJECTIONS': ('q_proj',),  # a module constant: not a key
             'schedule': 'wsd', '__annotations__': {'window': int | list, 'compile': bool | None,
                                                    'schedule': Literal['wsd', 'cosine']}}
 
 
 def test_files_then_overrides(tmp_path):
     f = tmp_path / 'c.py'
-    f.write_text("import math\nlearning_rate = 1e-3\nn_layer = 2 * 3\nwindow = [4, 0]\n_private = 1\n")
-    c = configure(dict(DEFAULTS), [str(f), '--n_layer=8', '--learning_rate=1', '--name=hello', '--eval_lengths=(3, 4)',
-                                   '--compile=False'])
-    assert c == {'learning_rate': 1, 'n_layer': 8, 'compile': False, 'name': 'hello', 'eval_lengths': [3, 4],
-                 'window': [4, 0], 'flag': True, 'schedule': 'wsd'}
+    f.write_text("import math\nlearning_rate = 1e-3\nn_layer = 2 * 3\nwindow = [4, 0]\n"
+                 "_private = 1\n")
+    c = configure(dict(DEFAULTS), [str(f), '--n_layer=8', '--learning_rate=1', '--name=hello',
+                                   '--eval_lengths=(3, 4)', '--compile=False'])
+    assert c == {'learning_rate': 1, 'n_layer': 8, 'compile': False, 'name': 'hello',
+                 'eval_lengths': [3, 4], 'window': [4, 0], 'flag': True, 'schedule': 'wsd'}
     assert configure(dict(DEFAULTS), ['--schedule=cosine'])['schedule'] == 'cosine'
 
 
 def test_given_names_the_keys_a_run_sets(tmp_path):
-    """Also a key set to its default value (n_layer = 12 here) counts as set; a key left alone does not."""
+    """Also a key set to its default value (n_layer = 12 here) counts as set; a key left alone
+    does not."""
     f = tmp_path / 'c.py'
     f.write_text("n_layer = 12\n")
     given = set()
@@ -62,12 +65,14 @@ def test_errors_name_the_problem(argv, message):
 def test_unknown_key_in_a_file(tmp_path):
     f = tmp_path / 'c.py'
     f.write_text("n_layers = 4\n")
-    with pytest.raises(SystemExit, match=r"c.py\): unknown config key 'n_layers' \(did you mean 'n_layer'\?\)"):
+    with pytest.raises(SystemExit,
+                       match=r"c.py\): unknown config key 'n_layers' \(did you mean 'n_layer'\?\)"):
         configure(dict(DEFAULTS), [str(f)])
 
 
-SCRIPTS = ['train.py', 'eval_loss.py', 'eval_niah.py', 'eval_ruler.py', 'tools/eval_helmet.py', 'average_ckpts.py',
-           'tools/probe_variance.py', 'tools/export_hf.py', 'tools/bench.py', 'tools/study.py', 'tools/gpu_check.py']
+SCRIPTS = ['train.py', 'eval_loss.py', 'eval_niah.py', 'eval_ruler.py', 'tools/eval_helmet.py',
+           'average_ckpts.py', 'tools/probe_variance.py', 'tools/export_hf.py', 'tools/bench.py',
+           'tools/study.py', 'tools/gpu_check.py']
 
 
 def test_help_lists_every_key_with_its_default_and_comment(capsys, monkeypatch):
@@ -80,27 +85,36 @@ def test_help_lists_every_key_with_its_default_and_comment(capsys, monkeypatch):
     import checkpoint
     from conftest import ROOT
     listed = {}
-    for script in SCRIPTS:  # in this process: the scripts stop at configure(), before doing anything
+    # in this process: the scripts stop at configure(), before doing anything
+    for script in SCRIPTS:
         monkeypatch.setattr('sys.argv', [script, '--help'])
         with pytest.raises(SystemExit) as stop:
             runpy.run_path(os.path.join(ROOT, script), run_name='__main__')
         out = capsys.readouterr().out
         assert stop.value.code == 0 and out.startswith('usage: python '), (script, out[-500:])
-        listed[script] = dict(line.strip()[2:].split('=', 1) for line in out.splitlines() if line.startswith('  --'))
+        listed[script] = dict(line.strip()[2:].split('=', 1) for line in out.splitlines()
+                              if line.startswith('  --'))
     train = listed['train.py']
     fields = {f.name for _, cfg in checkpoint.MODELS.values() for f in dataclasses.fields(cfg)}
     assert fields <= set(train) and {'wandb_log', 'tokens_per_batch', 'init_from'} <= set(train)
-    assert train['dropout_type'] == "'none'  # 'none', 'pre_norm' (PN-D, Eq. 6), 'pre_linear' (PL-D) or 'vpad' (VPAD)"
-    for key in ('dropout', 'dropout_type', 'vpad_variant', 'attn_dropout', 'pos_encoding', 'window', 'attn_alpha',
-                'attn_scale'):  # the paper's keys, written out in train.py: the models' own defaults
-        defaults = {f.default for _, cfg in checkpoint.MODELS.values() for f in dataclasses.fields(cfg) if f.name == key}
+    assert train['dropout_type'] == (
+        "'none'  # 'none', 'pre_norm' (PN-D, Eq. 6), 'pre_linear' (PL-D) or 'vpad' (VPAD)")
+    # the paper's keys, written out in train.py: the models' own defaults
+    for key in ('dropout', 'dropout_type', 'vpad_variant', 'attn_dropout', 'pos_encoding', 'window',
+                'attn_alpha', 'attn_scale'):
+        defaults = {f.default for _, cfg in checkpoint.MODELS.values()
+                    for f in dataclasses.fields(cfg) if f.name == key}
         assert [repr(d) for d in defaults] == [train[key].split('  # ')[0]], key
     assert train['batch_size'].startswith('16  # ') and train['d_state'].startswith('128  # ')
     assert {'ckpt', 'lengths', 'samples', 'essay'} <= set(listed['eval_ruler.py'])
     assert all(listed[s] for s in SCRIPTS)
-    assert not [k for s in SCRIPTS for k in listed[s] if k.isupper()]  # constants (probe_variance's PROJECTIONS) are no keys
-    if importlib.util.find_spec('lm_eval'):  # apart: run here it would register its lm-eval model a second time
+    # constants (probe_variance's PROJECTIONS) are no keys
+    assert not [k for s in SCRIPTS for k in listed[s] if k.isupper()]
+    # apart: run here it would register its lm-eval model a second time
+    if importlib.util.find_spec('lm_eval'):
         import subprocess
         import sys
-        r = subprocess.run([sys.executable, '-m', 'tools.eval_lm', '--help'], cwd=ROOT, capture_output=True, text=True)
-        assert r.returncode == 0 and '--tasks=' in r.stdout and '--ckpt=' in r.stdout, r.stderr[-500:]
+        r = subprocess.run([sys.executable, '-m', 'tools.eval_lm', '--help'], cwd=ROOT,
+                           capture_output=True, text=True)
+        assert (r.returncode == 0 and '--tasks=' in r.stdout
+                and '--ckpt=' in r.stdout), r.stderr[-500:]

@@ -50,7 +50,8 @@ def test_preactivation_variance_before_a_linear(p):
     assert var(vpad(x, p)) / var(x) == pytest.approx(1.0, rel=0.02)
     r = ((x * x) @ (W * W).T).sum().item() / (x @ W.T).pow(2).sum().item()
     for kind, op in (('pre_linear', dropout), ('vpad', vpad)):
-        assert var(op(x, p)) / var(x) - 1 == pytest.approx(variance_error(kind, p, r), abs=0.02 * (1 + 2 * p)), kind
+        assert var(op(x, p)) / var(x) - 1 == pytest.approx(variance_error(kind, p, r),
+                                                           abs=0.02 * (1 + 2 * p)), kind
 
 
 def test_variants():
@@ -79,8 +80,9 @@ def test_variants():
         vpad(x, p, 'Z')
 
 
-@pytest.mark.parametrize('op', [Dropout(0.3), VPAD(0.3, 'A'), VPAD(0.3, 'B'), VPAD(0.3, 'C'), VPAD(0.3, 'D'),
-                                pre_linear('vpad', 0.3), pre_linear('pre_linear', 0.3), pre_norm('pre_norm', 0.3)])
+@pytest.mark.parametrize('op', [Dropout(0.3), VPAD(0.3, 'A'), VPAD(0.3, 'B'), VPAD(0.3, 'C'),
+                                VPAD(0.3, 'D'), pre_linear('vpad', 0.3),
+                                pre_linear('pre_linear', 0.3), pre_norm('pre_norm', 0.3)])
 def test_identity_in_eval_mode_only(op):
     x = tokens(n=8, d=64)
     assert not torch.equal(op.train()(x), x)
@@ -88,13 +90,15 @@ def test_identity_in_eval_mode_only(op):
 
 
 def test_site_operators():
-    assert isinstance(pre_linear('pre_linear', 0.1), Dropout) and isinstance(pre_linear('vpad', 0.1), VPAD)
+    assert (isinstance(pre_linear('pre_linear', 0.1), Dropout)
+            and isinstance(pre_linear('vpad', 0.1), VPAD))
     for t in ('none', 'pre_norm'):
         assert isinstance(pre_linear(t, 0.1), nn.Identity)
     for t in ('none', 'pre_linear', 'vpad'):
         assert isinstance(pre_norm(t, 0.1), nn.Identity)
     assert isinstance(pre_linear('vpad', 0.0), nn.Identity)
-    with pytest.raises(ValueError, match='dropout_type'):  # a ValueError: python -O does not skip it
+    # a ValueError: python -O does not skip it
+    with pytest.raises(ValueError, match='dropout_type'):
         pre_linear('pre-linear', 0.1)
     for p in (-0.1, 1.0):
         with pytest.raises(ValueError, match=r'dropout must be in \[0, 1\)'):
@@ -111,7 +115,8 @@ def test_inverted_dropout(dtype):
     assert y.float().mean().item() == pytest.approx(1.0, abs=0.005)
 
 
-@pytest.mark.parametrize('compiling', [False, True])  # the CPU mask, and the one of GPUs and torch.compile
+# the CPU mask, and the one of GPUs and torch.compile
+@pytest.mark.parametrize('compiling', [False, True])
 def test_inverted_dropout_is_unbiased_under_bf16_autocast(monkeypatch, compiling):
     """E[D(x)] = x for a bf16 input (a projection's input under autocast): the 1/(1-p) scale must
     not be rounded to bf16 (1/0.9 -> 1.109375 would give E[D(x)] = 0.9984 x). Measured on 2^24
@@ -132,7 +137,8 @@ def test_inverted_dropout_is_unbiased_under_bf16_autocast(monkeypatch, compiling
 # --- the variance-mismatch probe (Fig. 3) ---------------------------------------------------
 
 class OneProjection(nn.Module):
-    """One random isotropic projection with its pre-linear site, as 'layers.0.in_proj', for the probe."""
+    """One random isotropic projection with its pre-linear site, as 'layers.0.in_proj', for the
+    probe."""
 
     def __init__(self, dropout_type, p, d=256):
         super().__init__()
@@ -146,7 +152,8 @@ class OneProjection(nn.Module):
 
 @pytest.mark.parametrize('p', [0.1, 0.3])
 def test_probe_on_an_isotropic_projection(p):
-    """PL-D inflates Var[Wx] by p/(1-p); VPAD (reconstruction A) by far less; r = 1 predicts both."""
+    """PL-D inflates Var[Wx] by p/(1-p); VPAD (reconstruction A) by far less; r = 1 predicts
+    both."""
     torch.manual_seed(0)
     x = torch.randn(16, 256, 256)  # isotropic inputs, (B, T, d)
     [pl] = variance_mismatch(OneProjection('pre_linear', p), x)
@@ -164,8 +171,9 @@ def test_probe_on_an_isotropic_projection(p):
 
 def test_probe_on_a_transformer_leaves_it_as_it_was():
     torch.manual_seed(0)
-    model = Transformer(TransformerConfig(n_layer=2, n_head=2, n_embd=32, vocab_size=64, block_size=64,
-                                          dropout_type='pre_linear', dropout=0.2)).train()
+    model = Transformer(TransformerConfig(n_layer=2, n_head=2, n_embd=32, vocab_size=64,
+                                          block_size=64, dropout_type='pre_linear',
+                                          dropout=0.2)).train()
     idx = torch.randint(0, 64, (32, 64))
     with torch.no_grad():
         before = model.eval().hidden(idx)
@@ -177,7 +185,8 @@ def test_probe_on_a_transformer_leaves_it_as_it_was():
     for r in rows:
         assert r['rel_err'] == pytest.approx(r['predicted_pre_linear'], rel=0.1), r['name']
     assert len(linears) == 2 * 6  # q, k, v, o, up, down in each layer
-    assert model.training and all(m.training for n, m in model.named_modules() if n.endswith('pre_linear'))
+    assert model.training and all(m.training for n, m in model.named_modules()
+                                  if n.endswith('pre_linear'))
     with torch.no_grad():
         assert torch.equal(model.eval().hidden(idx), before)
 
@@ -187,10 +196,12 @@ def test_pre_norm_drift_equals_a_model_trained_with_pre_norm_dropout(model_type)
     """The probe's second pass is exactly the model with PN-D on in training mode (same seed)."""
     torch.manual_seed(0)
     if model_type == 'transformer':
-        make = lambda **kw: Transformer(TransformerConfig(n_layer=3, n_head=2, n_embd=32, vocab_size=64, **kw))  # noqa: E731
+        make = lambda **kw: Transformer(TransformerConfig(  # noqa: E731
+            n_layer=3, n_head=2, n_embd=32, vocab_size=64, **kw))
         names = ['norm1', 'norm2']
     else:
-        make = lambda **kw: Mamba2(Mamba2Config(n_layer=3, n_embd=32, d_state=8, headdim=8, vocab_size=64, chunk_size=8, **kw))  # noqa: E731
+        make = lambda **kw: Mamba2(Mamba2Config(  # noqa: E731
+            n_layer=3, n_embd=32, d_state=8, headdim=8, vocab_size=64, chunk_size=8, **kw))
         names = ['norm']
     model = make()
     twin = make(dropout_type='pre_norm', dropout=0.3)
@@ -201,8 +212,8 @@ def test_pre_norm_drift_equals_a_model_trained_with_pre_norm_dropout(model_type)
     assert [(r['layer'], r['norm']) for r in rows] == [(l, n) for l in range(3) for n in names]
     assert isinstance(model.layers[0].pre_norm, nn.Identity) and model.training  # as it was
     outs = []
-    hooks = [m.register_forward_hook(lambda m, x, y: outs.append(y)) for n, m in twin.named_modules()
-             if re.fullmatch(r'layers\.\d+\.norm\d?', n)]
+    hooks = [m.register_forward_hook(lambda m, x, y: outs.append(y))
+             for n, m in twin.named_modules() if re.fullmatch(r'layers\.\d+\.norm\d?', n)]
     with torch.no_grad():
         twin.eval().hidden(idx)
         clean, outs = outs, []  # the hooks now fill the new list
@@ -210,7 +221,8 @@ def test_pre_norm_drift_equals_a_model_trained_with_pre_norm_dropout(model_type)
         twin.train().hidden(idx)
     for h in hooks:
         h.remove()
-    expected = [torch.nn.functional.cosine_similarity(a, b, dim=-1).mean().item() for a, b in zip(clean, outs)]
+    expected = [torch.nn.functional.cosine_similarity(a, b, dim=-1).mean().item()
+                for a, b in zip(clean, outs)]
     assert [r['cosine'] for r in rows] == pytest.approx(expected, abs=1e-6)
     assert rows[0]['cosine'] == pytest.approx(1.0) and min(r['cosine'] for r in rows) < 0.99
     assert all(r['cosine'] == pytest.approx(1.0) for r in pre_norm_drift(model, idx, 0.0))
@@ -220,11 +232,15 @@ def test_keep_mask_rate_and_independence():
     torch.manual_seed(0)
     x = torch.empty(1001, 999)  # not a multiple of 4 elements: the last 64-bit draw is partly used
     keep, rate = keep_mask(x, 0.1)
-    assert keep.shape == x.shape and keep.dtype == x.dtype and rate == 3277 / 32768 and set(keep.unique().tolist()) == {0, 1}
-    four = 1 - keep.flatten()[:-3].view(-1, 4)  # dropped or not, the four elements that share a draw
-    assert four.mean(0).tolist() == pytest.approx([0.1] * 4, abs=0.003)  # each at the rate (none biased)
+    assert (keep.shape == x.shape and keep.dtype == x.dtype and rate == 3277 / 32768
+            and set(keep.unique().tolist()) == {0, 1})
+    # dropped or not, the four elements that share a draw
+    four = 1 - keep.flatten()[:-3].view(-1, 4)
+    # each at the rate (none biased)
+    assert four.mean(0).tolist() == pytest.approx([0.1] * 4, abs=0.003)
     c = four - rate
-    assert all((c[:, i] * c[:, j]).mean().abs().item() < 1e-3 for i in range(4) for j in range(i))  # uncorrelated
+    # uncorrelated
+    assert all((c[:, i] * c[:, j]).mean().abs().item() < 1e-3 for i in range(4) for j in range(i))
     assert keep_mask(x, 0.5)[1] == 0.5 and keep_mask(x, 0.0)[0].all()
     assert keep_mask(x.bfloat16(), 0.1)[0].dtype == torch.bfloat16
     with pytest.raises(ValueError, match=r'in \[0, 1\)'):
@@ -241,8 +257,9 @@ def test_activation_checkpointing_replays_the_masks(dropout_type):
     grads = []
     for checkpointing, preserve in ((False, True), (True, True), (True, False)):
         torch.manual_seed(0)
-        m = Transformer(TransformerConfig(vocab_size=64, n_layer=2, n_head=4, n_embd=32, block_size=32,
-                                          dropout_type=dropout_type, dropout=0.3)).train()
+        m = Transformer(TransformerConfig(vocab_size=64, n_layer=2, n_head=4, n_embd=32,
+                                          block_size=32, dropout_type=dropout_type,
+                                          dropout=0.3)).train()
         if checkpointing:
             for block in m.layers:
                 block.forward = functools.partial(torch.utils.checkpoint.checkpoint, block.forward,

@@ -21,23 +21,24 @@ from conftest import ROOT, TINY, read_log, run_script, run_train
 
 # train.py with the batches of one step replaced by a byte the data never holds (300, inside the
 # padded vocabulary): a loss spike from the data, the kind that skipping the batches cures
-SPIKE = """
+SPIKE = ("""
 import runpy, sys, tokens
 batch = tokens.TokenData.batch
 def spiky(self, batch_size, T, rng):
     x, y = batch(self, batch_size, T, rng)
-    if list(rng.bit_generator.seed_seq.entropy)[1:3] == [0, {step}]:  # batch_rng(seed, 0, step, j): training
+    if list(rng.bit_generator.seed_seq.entropy)[1:3] == [0, {step}]:"""
+         """  # batch_rng(seed, 0, step, j): training
         y = y * 0 + 300
     return x, y
 tokens.TokenData.batch = spiky
 sys.argv = ['train.py', *sys.argv[1:]]
 runpy.run_path('train.py', run_name='__main__')
-"""
+""")
 
 
 def spiky_train(step, *args):
-    return subprocess.run([sys.executable, '-c', SPIKE.format(step=step), *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run([sys.executable, '-c', SPIKE.format(step=step), *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
 
 
 def step_losses(out):
@@ -51,8 +52,8 @@ def test_every_saved_checkpoint_passed_the_spike_check(tiny_data, tmp_path):
     whose loss passed the check, from the first step on: within spike_threshold (1) of the first
     loss while fewer than 5 are recorded, then of the lowest of the last 20."""
     out = str(tmp_path)
-    r = run_train(*TINY, f'--data_dir={tiny_data}', f'--out_dir={out}', '--learning_rate=1.0', '--warmup_frac=0.5',
-                  '--ckpt_interval=1', '--eval_lengths=[]')
+    r = run_train(*TINY, f'--data_dir={tiny_data}', f'--out_dir={out}', '--learning_rate=1.0',
+                  '--warmup_frac=0.5', '--ckpt_interval=1', '--eval_lengths=[]')
     assert r.returncode == 1 and 'stopping at iteration' in r.stdout, r.stdout[-2000:]
     losses, stopped = step_losses(out), read_log(out, 'diverged')[0]['iter']
     assert checkpoint.steps(out) == list(range(1, stopped))
@@ -67,22 +68,28 @@ def test_a_data_spike_is_skipped_on_resume(tiny_data, tmp_path):
     resume without it would replay the spike, and is refused before anything is written; with
     it the run finishes, and the skip is kept in the checkpoints (a later resume keeps it)."""
     out = str(tmp_path)
-    args = (*TINY, f'--data_dir={tiny_data}', f'--out_dir={out}', '--max_tokens=4096', '--ckpt_interval=2',
-            '--eval_lengths=[]')
+    args = (*TINY, f'--data_dir={tiny_data}', f'--out_dir={out}', '--max_tokens=4096',
+            '--ckpt_interval=2', '--eval_lengths=[]')
     r = spiky_train(11, *args)
-    assert r.returncode == 1 and 'stopping at iteration 11' in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
-    assert f'The last good checkpoint is {checkpoint.step_path(out, 10)}' in r.stdout and '--skip_steps=2' in r.stdout
+    assert (r.returncode == 1
+            and 'stopping at iteration 11' in r.stdout), r.stdout[-2000:] + r.stderr[-2000:]
+    assert (f'The last good checkpoint is {checkpoint.step_path(out, 10)}' in r.stdout
+            and '--skip_steps=2' in r.stdout)
     losses = step_losses(out)
-    assert losses[10] < min(losses[t] for t in range(10)) + 1.0  # the named checkpoint passed the check
+    # the named checkpoint passed the check
+    assert losses[10] < min(losses[t] for t in range(10)) + 1.0
     log = open(os.path.join(out, 'log.jsonl')).read()
     r = spiky_train(11, *args, '--init_from=resume')
-    assert r.returncode != 0 and 'would replay the divergence at iteration 11' in r.stderr and '--skip_steps=2' in r.stderr
+    assert (r.returncode != 0 and 'would replay the divergence at iteration 11' in r.stderr
+            and '--skip_steps=2' in r.stderr)
     assert open(os.path.join(out, 'log.jsonl')).read() == log and 'Traceback' not in r.stderr
     r = spiky_train(11, *args, '--init_from=resume', '--skip_steps=2', '--halt_at=14')
-    assert r.returncode == 0 and 'skipping batches: from iteration 10 the next 2' in r.stdout, r.stderr[-2000:]
+    assert (r.returncode == 0
+            and 'skipping batches: from iteration 10 the next 2' in r.stdout), r.stderr[-2000:]
     assert checkpoint.load(checkpoint.step_path(out, 14))['skips'] == [[10, 2]]
     r = spiky_train(11, *args, '--init_from=resume')  # the spike's batches stay skipped
-    assert r.returncode == 0 and 'skipping batches: from iteration 10 the next 2' in r.stdout, r.stderr[-2000:]
+    assert (r.returncode == 0
+            and 'skipping batches: from iteration 10 the next 2' in r.stdout), r.stderr[-2000:]
     assert checkpoint.steps(out)[-1] == 16 and len(read_log(out, 'diverged')) == 1
 
 
@@ -97,18 +104,20 @@ def killed_and_resumed(args, out, trial):
         time.sleep(0.001)
     moment = time.time() + random.Random(trial).uniform(0, 0.6)
     while p.poll() is None and time.time() < deadline:
-        if (glob.glob(str(out / '*.tmp')) and len(checkpoint.steps(str(out))) >= trial // 2) if trial % 2 else \
-                time.time() >= moment:
+        if ((glob.glob(str(out / '*.tmp')) and len(checkpoint.steps(str(out))) >= trial // 2)
+                if trial % 2 else time.time() >= moment):
             p.kill()
             break
         time.sleep(0.0005)
     p.wait()
-    # and what a kill leaves when the resumed run does not write that step again (say it halts before)
+    # and what a kill leaves when the resumed run does not write that step again (say it halts
+    # before)
     (out / 'optim_999999.pt.tmp').write_bytes(b'half an optimizer state')
     # a process of its own: two trials run at a time, and train.py in this process is not
     # thread-safe (sys.argv, stdout, torch's global generator are the process's)
     init = 'resume' if checkpoint.steps(str(out)) else 'scratch'
-    return subprocess.run([sys.executable, 'train.py', *args, f'--out_dir={out}', f'--init_from={init}'],
+    return subprocess.run([sys.executable, 'train.py', *args, f'--out_dir={out}',
+                           f'--init_from={init}'],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
@@ -117,12 +126,14 @@ def test_kill_at_random_moments_loses_nothing(tiny_data, tmp_path):
     every file left loads, no temporary file survives the resume, and every loss logged (before
     and after the kill) is the uninterrupted run's, as is the final checkpoint."""
     from concurrent.futures import ThreadPoolExecutor
-    args = (*TINY, f'--data_dir={tiny_data}', '--ckpt_interval=1', '--eval_lengths=[]', '--eval_iters=1')
+    args = (*TINY, f'--data_dir={tiny_data}', '--ckpt_interval=1', '--eval_lengths=[]',
+            '--eval_iters=1')
     assert run_train(*args, f'--out_dir={tmp_path}/straight').returncode == 0
     want = checkpoint.load(checkpoint.step_path(str(tmp_path / 'straight'), 8))['model']
     want_losses = {x['iter']: x['loss'] for x in read_log(str(tmp_path / 'straight'))}
     with ThreadPoolExecutor(2) as pool:
-        resumes = list(pool.map(lambda t: killed_and_resumed(args, tmp_path / f'killed{t}', t), range(10)))
+        resumes = list(pool.map(lambda t: killed_and_resumed(args, tmp_path / f'killed{t}', t),
+                                range(10)))
     for trial, r in enumerate(resumes):
         out = tmp_path / f'killed{trial}'
         assert r.returncode == 0, r.stderr[-2000:]
@@ -132,8 +143,10 @@ def test_kill_at_random_moments_loses_nothing(tiny_data, tmp_path):
         assert all(x['loss'] == want_losses[x['iter']] for x in read_log(str(out)))
         got = checkpoint.load(checkpoint.step_path(str(out), 8))['model']
         assert all(torch.equal(want[k], got[k]) for k in want)
-    assert all('removed optim_999999.pt.tmp, left by an interrupted write' in r.stdout for r in resumes)
-    assert sum(r.stdout.count('left by an interrupted write') > 1 for r in resumes) >= 3  # kills in a write left a .tmp
+    assert all('removed optim_999999.pt.tmp, left by an interrupted write' in r.stdout
+               for r in resumes)
+    # kills in a write left a .tmp
+    assert sum(r.stdout.count('left by an interrupted write') > 1 for r in resumes) >= 3
 
 
 def locked(path):
@@ -167,10 +180,11 @@ def test_one_writer_per_out_dir_and_none_after_torchrun_is_killed(tiny_data, tmp
     own: killing torchrun's process group (kill -9) must end them too, not leave them writing into
     out_dir; then the folder is free and the resume goes on."""
     out = tmp_path / 'run'
-    args = (*TINY, f'--data_dir={tiny_data}', f'--out_dir={out}', '--max_tokens=1e6', '--ckpt_interval=5',
-            '--eval_lengths=[]', '--log_interval=1')
-    p = subprocess.Popen([sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2',
-                          'train.py', *args], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    args = (*TINY, f'--data_dir={tiny_data}', f'--out_dir={out}', '--max_tokens=1e6',
+            '--ckpt_interval=5', '--eval_lengths=[]', '--log_interval=1')
+    p = subprocess.Popen([sys.executable, '-m', 'torch.distributed.run', '--standalone',
+                          '--nproc_per_node=2', 'train.py', *args], cwd=ROOT,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                          start_new_session=True, env={**os.environ, 'OMP_NUM_THREADS': '1'})
     try:
         deadline = time.time() + 120
@@ -183,7 +197,8 @@ def test_one_writer_per_out_dir_and_none_after_torchrun_is_killed(tiny_data, tmp
         # that failed would time out here rather than train 1e6 tokens in the test's process)
         r = subprocess.run([sys.executable, 'train.py', *args, '--init_from=resume'], cwd=ROOT,
                            capture_output=True, text=True, timeout=60)
-        assert r.returncode != 0 and f'is in use by another run (pid {writer})' in r.stderr, r.stderr[-2000:]
+        assert (r.returncode != 0
+                and f'is in use by another run (pid {writer})' in r.stderr), r.stderr[-2000:]
         assert 'Traceback' not in r.stderr
         os.killpg(p.pid, signal.SIGKILL)
         p.wait()
@@ -211,8 +226,10 @@ def test_checkpoint_save_on_a_full_disk(tmp_path, monkeypatch):
         raise RuntimeError('[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598')
     usage = collections.namedtuple('usage', 'total used free')
     monkeypatch.setattr(checkpoint.torch, 'save', full)
-    monkeypatch.setattr(checkpoint.shutil, 'disk_usage', lambda p: usage(10 ** 6, 10 ** 6 - 100, 100))
-    with pytest.raises(OSError, match=rf'the disk is full: {path} needs about 4,000 bytes, 100 are free'):
+    monkeypatch.setattr(checkpoint.shutil, 'disk_usage',
+                        lambda p: usage(10 ** 6, 10 ** 6 - 100, 100))
+    with pytest.raises(OSError,
+                       match=rf'the disk is full: {path} needs about 4,000 bytes, 100 are free'):
         checkpoint.save({'step': 2, 'w': torch.zeros(1000)}, path)
     assert checkpoint.load(path) == {'step': 1} and os.listdir(tmp_path) == ['ckpt_000001.pt']
 
@@ -223,11 +240,13 @@ def test_a_full_disk_stops_with_the_last_pair_intact(tiny_data, tmp_path):
     the resume finishes the run."""
     disk = tmp_path / 'disk'
     disk.mkdir()
-    if subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=4m', 'tmpfs', str(disk)], capture_output=True).returncode:
+    if subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=4m', 'tmpfs', str(disk)],
+                      capture_output=True).returncode:
         pytest.skip('cannot mount a tmpfs here (needs root)')
     try:
         out = str(disk / 'run')
-        args = (*TINY, f'--data_dir={tiny_data}', f'--out_dir={out}', '--ckpt_interval=2', '--eval_lengths=[]')
+        args = (*TINY, f'--data_dir={tiny_data}', f'--out_dir={out}', '--ckpt_interval=2',
+                '--eval_lengths=[]')
         assert run_train(*args, '--halt_at=4').returncode == 0
         with open(disk / 'filler', 'wb') as f:  # fill the disk
             try:
@@ -237,10 +256,12 @@ def test_a_full_disk_stops_with_the_last_pair_intact(tiny_data, tmp_path):
             except OSError:
                 pass
         r = run_train(*args, '--init_from=resume')
-        assert r.returncode != 0 and 'stopping at iteration 6: cannot save its checkpoint' in r.stderr, r.stderr[-2000:]
-        assert 'the disk is full' in r.stderr and 'needs about' in r.stderr and 'Traceback' not in r.stderr
-        assert sorted(os.listdir(out)) == ['ckpt_000002.pt', 'ckpt_000004.pt', 'lock', 'log.jsonl', 'optim_000002.pt',
-                                           'optim_000004.pt']
+        assert r.returncode != 0 and ('stopping at iteration 6: cannot save its checkpoint'
+                                      in r.stderr), r.stderr[-2000:]
+        assert ('the disk is full' in r.stderr and 'needs about' in r.stderr
+                and 'Traceback' not in r.stderr)
+        assert sorted(os.listdir(out)) == ['ckpt_000002.pt', 'ckpt_000004.pt', 'lock', 'log.jsonl',
+                                           'optim_000002.pt', 'optim_000004.pt']
         os.remove(disk / 'filler')
         r = run_train(*args, '--init_from=resume')
         assert r.returncode == 0 and checkpoint.steps(out)[-1] == 8, r.stderr[-2000:]
@@ -257,9 +278,9 @@ def snapshot(folder):
 
 
 def test_export_and_average_never_write_over_a_run(tiny_run, tmp_path):
-    """tools/export_hf.py into a run folder (another run's, or the checkpoint's own) and average_ckpts.py
-    onto a run's checkpoint or optimizer state are refused in one line, the run left byte for byte;
-    an earlier average is replaced only with --overwrite=True."""
+    """tools/export_hf.py into a run folder (another run's, or the checkpoint's own) and
+    average_ckpts.py onto a run's checkpoint or optimizer state are refused in one line, the run
+    left byte for byte; an earlier average is replaced only with --overwrite=True."""
     before = snapshot(tiny_run)
     ckpt, older = checkpoint.step_path(tiny_run, 8), checkpoint.step_path(tiny_run, 4)
     optim = checkpoint.step_path(tiny_run, 8, 'optim')
@@ -281,7 +302,8 @@ def test_export_and_average_never_write_over_a_run(tiny_run, tmp_path):
     code, message = run_script('tools/export_hf.py', f'--ckpt={ckpt}', f'--out={tmp_path}/export')
     assert code == 1 and "SmolLM3's layout needs" in message  # a NAPE model: refused after it began
     assert (mine / 'notes.txt').read_text() == 'mine' and not os.path.exists(tmp_path / 'export')
-    assert sorted(p.name for p in tmp_path.glob('*.tmp')) == ['export.tmp']  # nothing of its own left
+    # nothing of its own left
+    assert sorted(p.name for p in tmp_path.glob('*.tmp')) == ['export.tmp']
 
     def average(*args):
         return run_script('average_ckpts.py', f'--ckpt_dir={tiny_run}', *args)

@@ -1,5 +1,5 @@
-"""tools/gpu_check.py in its dry run: every part runs on CPU at tiny sizes, through the code paths CPU
-has (flex forward only, compile with aot_eager, no mamba_ssm), and writes its JSON and table."""
+"""tools/gpu_check.py in its dry run: every part runs on CPU at tiny sizes, through the code paths
+CPU has (flex forward only, compile with aot_eager, no mamba_ssm), and writes its JSON and table."""
 
 import json
 import subprocess
@@ -9,7 +9,8 @@ from conftest import ROOT
 
 
 def dry_run(tmp_path, *flags):
-    r = subprocess.run([sys.executable, '-m', 'tools.gpu_check', '--dry_run=True', *flags, f'--out={tmp_path}'], cwd=ROOT,
+    r = subprocess.run([sys.executable, '-m', 'tools.gpu_check', '--dry_run=True', *flags,
+                        f'--out={tmp_path}'], cwd=ROOT,
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     out = json.load(open(tmp_path / 'results.json'))
@@ -29,11 +30,14 @@ def test_quick_dry_run(tmp_path):
     status, figure, table = dry_run(tmp_path, '--quick=True')
     assert '`python -m tools.gpu_check --quick=True --dry_run=True`' in table
     attention = [c for c in status if c.startswith('attention vs float64')]
-    assert len(attention) == 2 * 2 * 3 and all(status[c] == 'PASS' for c in attention)  # normalisers, dtypes, offsets
-    assert all(k in figure[c] for c in attention if 'softmax' in c for k in ('flex', 'sdpa', 'manual'))
+    # normalisers, dtypes, offsets
+    assert len(attention) == 2 * 2 * 3 and all(status[c] == 'PASS' for c in attention)
+    assert all(k in figure[c] for c in attention if 'softmax' in c
+               for k in ('flex', 'sdpa', 'manual'))
     assert [c for c in status if c.startswith('compiled vs eager')] == ['compiled vs eager, VPAD']
     assert status['compiled vs eager, VPAD'] == 'PASS'
-    assert '1 graph(s), 0 graph break(s); forward only' in figure['compiled vs eager, VPAD']  # flex, forced
+    # flex, forced
+    assert '1 graph(s), 0 graph break(s); forward only' in figure['compiled vs eager, VPAD']
     assert [status[c] for c in status if c.startswith('dropout under bf16')] == ['PASS'] * 3
     assert status['ASEntmax at its micro-batch'] == 'INFO'  # no memory to measure on CPU
     assert [status[c] for c in status if c.startswith('prefill and decoding')] == ['PASS'] * 2
@@ -42,10 +46,16 @@ def test_quick_dry_run(tmp_path):
 
 def test_dry_run_runs_every_part(tmp_path):
     status, figure, _ = dry_run(tmp_path)
-    correctness = [c for c in status if c.startswith(('attention vs float64', 'compiled vs eager', 'dropout under bf16',
-                                                      '20 bf16', 'FSDP2', 'activation checkpointing'))]
-    assert len(correctness) == 12 + 4 + 3 + 2 + 1 + 2 and all(status[c] == 'PASS' for c in correctness)
-    assert status['mamba_ssm kernels vs the PyTorch scan'] == 'SKIP'  # no kernels on CPU, and it says so
-    assert {'the same size as nanoGPT', 'Mamba2-85M', 'ASEntmax at its micro-batch', 'prefill and decoding at 512'} <= set(status)
-    assert 'forward only' not in figure['compiled vs eager, attention dropout']  # SDPA: gradients compared too
+    correctness = [c for c in status
+                   if c.startswith(('attention vs float64', 'compiled vs eager',
+                                    'dropout under bf16', '20 bf16', 'FSDP2',
+                                    'activation checkpointing'))]
+    assert (len(correctness) == 12 + 4 + 3 + 2 + 1 + 2
+            and all(status[c] == 'PASS' for c in correctness))
+    # no kernels on CPU, and it says so
+    assert status['mamba_ssm kernels vs the PyTorch scan'] == 'SKIP'
+    assert {'the same size as nanoGPT', 'Mamba2-85M', 'ASEntmax at its micro-batch',
+            'prefill and decoding at 512'} <= set(status)
+    # SDPA: gradients compared too
+    assert 'forward only' not in figure['compiled vs eager, attention dropout']
     assert 'forward only' not in figure['compiled vs eager, Mamba2']

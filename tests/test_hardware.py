@@ -1,4 +1,5 @@
-"""hardware.py's memory estimate against what a training step saves for its backward, measured on CPU."""
+"""hardware.py's memory estimate against what a training step saves for its backward, measured
+on CPU."""
 
 import os
 
@@ -30,9 +31,11 @@ def test_asentmax_estimate_within_a_quarter_of_the_saved_tensors(B, T, bf16):
     """The ASEntmax model: its T x T probabilities are most of what a step keeps (entmax's
     float32 output, and its bf16 copy for p @ v). The activation terms of the estimate are
     within 25% of the bytes autograd saves on CPU (there SDPA's math kernel keeps its
-    probabilities too, so the softmax models are not compared here: on CUDA their fused kernels keep none)."""
+    probabilities too, so the softmax models are not compared here: on CUDA their fused kernels
+    keep none)."""
     torch.manual_seed(0)
-    m = Transformer(TransformerConfig(vocab_size=61, n_layer=2, n_head=4, n_embd=32, attn_alpha=1.5, attn_scale='adaptive'))
+    m = Transformer(TransformerConfig(vocab_size=61, n_layer=2, n_head=4, n_embd=32, attn_alpha=1.5,
+                                      attn_scale='adaptive'))
     est = hardware.memory_estimate(m, B, T, bf16)
     measured = saved_bytes(m.train(), B, T, bf16)
     assert abs(est['activations'] + est['attention'] + est['logits'] - measured) < 0.25 * measured
@@ -98,8 +101,10 @@ def test_asentmax_paper_configs_fit_80_gb(variant):
     with torch.device('meta'):
         m = Transformer(TransformerConfig(**args, vocab_size=50304))
     per_micro = scope['batch_size'] * scope['block_size'] * 8  # 8 GPUs
-    assert scope['tokens_per_batch'] % per_micro == 0  # the step's tokens unchanged, in more micro-steps
-    total = sum(hardware.memory_estimate(m, scope['batch_size'], scope['block_size'], bf16=True).values())
+    # the step's tokens unchanged, in more micro-steps
+    assert scope['tokens_per_batch'] % per_micro == 0
+    total = sum(hardware.memory_estimate(m, scope['batch_size'], scope['block_size'],
+                                         bf16=True).values())
     assert total < 80e9 and hardware.memory_estimate(m, 16, 2048, bf16=True)['attention'] > 100e9
 
 
@@ -118,7 +123,8 @@ def test_fsdp_states_count_the_unsharded_gradients_of_no_sync_micro_steps():
 def test_inference_estimate_counts_what_the_kv_cache_holds(window):
     """The cache term equals the bytes of the storages a KV cache holds after a chunked prefill:
     full layers every position, a windowed layer its last W - 1 as a view of the last concatenation
-    (W - 1 + chunk positions). The model is built on meta for the estimate, as tools/gpu_check.py does."""
+    (W - 1 + chunk positions). The model is built on meta for the estimate, as tools/gpu_check.py
+    does."""
     args = dict(vocab_size=61, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, window=[window, 0])
     torch.manual_seed(0)
     m = Transformer(TransformerConfig(**args)).eval()
@@ -127,7 +133,8 @@ def test_inference_estimate_counts_what_the_kv_cache_holds(window):
     with torch.no_grad():
         for s in range(0, L, chunk):
             m.hidden(torch.randint(0, 61, (1, chunk)), cache)
-    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in [*cache.k.values(), *cache.v.values()]}
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+                for t in [*cache.k.values(), *cache.v.values()]}
     with torch.device('meta'):
         shape = Transformer(TransformerConfig(**args))
     est = hardware.inference_estimate(shape, L, chunk, bf16=False)
@@ -183,17 +190,20 @@ def test_plan_of_the_paper_runs_on_meta(name, tmp_path):
     saves = len(set(range(c['ckpt_interval'], steps, c['ckpt_interval'])) | {steps})
     n, averages = m.num_params(False), len(c.get('average_last', []))
     line, error = hardware.plan(m, c['block_size'], steps * c['tokens_per_batch'], n, saves,
-                                c.get('keep_last', 0), averages, str(tmp_path / 'run'), free=2 ** 50)
+                                c.get('keep_last', 0), averages, str(tmp_path / 'run'),
+                                free=2 ** 50)
     fsdp, micro = c.get('parallel') == 'fsdp', c['batch_size'] * c['block_size'] * 8
     memory = [m, c['batch_size'], c['block_size'], True, c.get('activation_checkpointing', False),
               8 if fsdp else 1, fsdp and c['tokens_per_batch'] > micro]
     print(f"{name}: {line}\n{name}: {hardware.describe_memory(*memory, averages=averages)}")
     flops = m.flops_per_token(c['block_size']) * steps * c['tokens_per_batch']
-    assert line.startswith(f"plan: {flops:.3g} training FLOPs, {flops / 989e12 / 0.35 / 3600:,.3g} GPU-hours on H100")
+    assert line.startswith(f"plan: {flops:.3g} training FLOPs, "
+                           f"{flops / 989e12 / 0.35 / 3600:,.3g} GPU-hours on H100")
     keep = c.get('keep_last', 0)
     kept = (min(keep, saves) if keep else saves) * 4 * n + 2 * (8 + 4 * averages) * n
     assert f"({kept / 2 ** 30:,.3g} GB); " in line and error is None
-    _, error = hardware.plan(m, c['block_size'], 1, n, saves, 0, 3, str(tmp_path / 'run'), free=kept)
+    _, error = hardware.plan(m, c['block_size'], 1, n, saves, 0, 3, str(tmp_path / 'run'),
+                             free=kept)
     assert isinstance(error, SystemExit) and 'raise ckpt_interval, set keep_last' in str(error)
     assert sum(hardware.memory_estimate(*memory, averages=averages).values()) < 79 * 2 ** 30
 

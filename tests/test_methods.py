@@ -12,10 +12,12 @@ from model import Transformer, TransformerConfig, random_positions, rope_cos_sin
 
 
 def hf_frequencies(kind, head_dim, theta, factor, L):
-    """transformers' own RoPE scaling (an independent implementation) -> (inv_freq, factor on cos and sin)."""
+    """transformers' own RoPE scaling (an independent implementation) -> (inv_freq, factor on cos
+    and sin)."""
     transformers = pytest.importorskip('transformers')
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-    config = transformers.LlamaConfig(hidden_size=head_dim * 2, num_attention_heads=2, head_dim=head_dim,
+    config = transformers.LlamaConfig(hidden_size=head_dim * 2, num_attention_heads=2,
+                                      head_dim=head_dim,
                                       max_position_embeddings=int(L * factor), rope_parameters={
                                           'rope_type': kind, 'rope_theta': theta, 'factor': factor,
                                           'original_max_position_embeddings': L})
@@ -23,8 +25,10 @@ def hf_frequencies(kind, head_dim, theta, factor, L):
     return inv_freq, scale
 
 
-@pytest.mark.parametrize('head_dim,theta,factor,L', [(64, 10000.0, 8.0, 128), (32, 500.0, 4.0, 256),
-                                                     (128, 1e6, 16.0, 4096), (16, 10000.0, 2.0, 32)])
+@pytest.mark.parametrize('head_dim,theta,factor,L', [(64, 10000.0, 8.0, 128),
+                                                     (32, 500.0, 4.0, 256),
+                                                     (128, 1e6, 16.0, 4096),
+                                                     (16, 10000.0, 2.0, 32)])
 def test_yarn_and_pi_match_transformers(head_dim, theta, factor, L):
     inv_freq, scale = rope_frequencies(head_dim, theta, 'cpu', 'yarn', factor, L)
     ref, ref_scale = hf_frequencies('yarn', head_dim, theta, factor, L)
@@ -43,18 +47,22 @@ def test_yarn_written_out():
     linearly in the dimension index."""
     head_dim, theta, s, L = 64, 10000.0, 8.0, 128
     base = [theta ** (-2 * d / head_dim) for d in range(head_dim // 2)]
-    turns_dim = lambda r: head_dim * math.log(L / (2 * math.pi * r)) / (2 * math.log(theta))  # noqa: E731
-    low, high = max(math.floor(turns_dim(32)), 0), min(math.ceil(turns_dim(1)), head_dim - 1)  # as YaRN's code
+    turns_dim = lambda r: (head_dim * math.log(L / (2 * math.pi * r))  # noqa: E731
+                           / (2 * math.log(theta)))
+    # as YaRN's code
+    low, high = max(math.floor(turns_dim(32)), 0), min(math.ceil(turns_dim(1)), head_dim - 1)
     expect = []
     for d, f in enumerate(base):
         gamma = min(max((d - low) / (high - low), 0.0), 1.0)  # 0: kept, 1: interpolated
         expect.append((1 - gamma) * f + gamma * f / s)
     inv_freq, scale = rope_frequencies(head_dim, theta, 'cpu', 'yarn', s, L)
     torch.testing.assert_close(inv_freq, torch.tensor(expect), rtol=1e-6, atol=0)
-    assert inv_freq[0] == base[0] and inv_freq[-1] == pytest.approx(base[-1] / s)  # fastest kept, slowest divided
+    # fastest kept, slowest divided
+    assert inv_freq[0] == base[0] and inv_freq[-1] == pytest.approx(base[-1] / s)
     assert scale == pytest.approx(1 + 0.1 * math.log(s))
     # no scaling, or s = 1: the plain frequencies
-    assert torch.equal(rope_frequencies(head_dim, theta, 'cpu', 'yarn', 1.0, L)[0], rope_frequencies(head_dim, theta, 'cpu')[0])
+    assert torch.equal(rope_frequencies(head_dim, theta, 'cpu', 'yarn', 1.0, L)[0],
+                       rope_frequencies(head_dim, theta, 'cpu')[0])
 
 
 def test_pi_is_positions_divided_by_s():
@@ -71,7 +79,8 @@ def test_random_positions_are_sorted_distinct_and_cover_the_range():
     assert pos.shape == (4000, 8) and pos.dtype == torch.int64
     assert (pos.diff(dim=1) > 0).all()  # increasing, hence distinct
     assert pos.min() == 0 and pos.max() == 31  # [0, N): both ends drawn, nothing beyond
-    counts = torch.bincount(pos.flatten(), minlength=32).float()  # every position equally likely: 4000 * 8 / 32 each
+    # every position equally likely: 4000 * 8 / 32 each
+    counts = torch.bincount(pos.flatten(), minlength=32).float()
     assert (counts / 1000 - 1).abs().max() < 0.1
     assert not torch.equal(pos[0], pos[1])  # a subset per sequence
 
@@ -108,8 +117,10 @@ def test_log_length_temperature():
     scaled = Transformer(tiny(pos_encoding='nope', attn_scale='log_length')).eval()
     scaled.load_state_dict(plain.state_dict())
     idx = torch.randint(0, 64, (2, 48))
-    assert torch.equal(plain.position_losses(idx[:, :16], idx[:, :16]), scaled.position_losses(idx[:, :16], idx[:, :16]))
-    assert not torch.equal(plain.position_losses(idx, idx)[:, 16:], scaled.position_losses(idx, idx)[:, 16:])
+    assert torch.equal(plain.position_losses(idx[:, :16], idx[:, :16]),
+                       scaled.position_losses(idx[:, :16], idx[:, :16]))
+    assert not torch.equal(plain.position_losses(idx, idx)[:, 16:],
+                           scaled.position_losses(idx, idx)[:, 16:])
     s = scaled.layers[0].attn.query_scale(torch.zeros(1, 48, 32), 0).flatten()
     expect = torch.tensor([max(1.0, math.log(t + 1) / math.log(16)) for t in range(48)])
     torch.testing.assert_close(s, expect)
@@ -117,8 +128,10 @@ def test_log_length_temperature():
 
 
 def test_drope_is_cpt_without_positions(tiny_data, tmp_path):
-    """DroPE: CPT of a RoPE model with pos_encoding='nope' (the weights fit); without the key, CPT keeps the source's positions."""
-    args = [*TINY, f'--data_dir={tiny_data}', '--max_tokens=2048', "--pos_encoding=['rope', 'nope']"]
+    """DroPE: CPT of a RoPE model with pos_encoding='nope' (the weights fit); without the key, CPT
+    keeps the source's positions."""
+    args = [*TINY, f'--data_dir={tiny_data}', '--max_tokens=2048',
+            "--pos_encoding=['rope', 'nope']"]
     assert run_train(*args, f'--out_dir={tmp_path}/a').returncode == 0
     source = f'{tmp_path}/a/ckpt_000008.pt'
     r = run_train(*CPT, f'--data_dir={tiny_data}', '--max_tokens=1024', f'--init_from={source}',
@@ -126,8 +139,11 @@ def test_drope_is_cpt_without_positions(tiny_data, tmp_path):
     assert r.returncode == 0, r.stderr
     drope = torch.load(f'{tmp_path}/drope/ckpt_000004.pt', weights_only=True)
     assert drope['model_args']['pos_encoding'] == 'nope' and drope['cpt_from'] == source
-    r = run_train(*CPT, f'--data_dir={tiny_data}', '--max_tokens=1024', f'--init_from={source}', f'--out_dir={tmp_path}/b')
-    assert torch.load(f'{tmp_path}/b/ckpt_000004.pt', weights_only=True)['model_args']['pos_encoding'] == ['rope', 'nope']
+    r = run_train(*CPT, f'--data_dir={tiny_data}', '--max_tokens=1024', f'--init_from={source}',
+                  f'--out_dir={tmp_path}/b')
+    assert torch.load(f'{tmp_path}/b/ckpt_000004.pt',
+                      weights_only=True)['model_args']['pos_encoding'] == ['rope', 'nope']
     code, said = run_script('train.py', *CPT, f'--data_dir={tiny_data}', '--max_tokens=1024',
-                            f'--init_from={source}', '--pos_encoding=learned', f'--out_dir={tmp_path}/c')
+                            f'--init_from={source}', '--pos_encoding=learned',
+                            f'--out_dir={tmp_path}/c')
     assert code != 0 and "sets pos_encoding = 'learned'" in said

@@ -12,7 +12,8 @@ import torch.nn.functional as F
 
 from conftest import ROOT
 from attention import attention, flex
-from model import Transformer, TransformerConfig, alibi_slopes, apply_rope, rope_cos_sin, rope_frequencies
+from model import (Transformer, TransformerConfig, alibi_slopes, apply_rope, rope_cos_sin,
+                   rope_frequencies)
 
 SMALL = dict(vocab_size=61, block_size=64, n_layer=2, n_head=4, n_embd=32)
 
@@ -38,8 +39,9 @@ def naive_attention(q, k, v, q_start, k_start, slopes, window):
 
 
 CASES = [  # pos_encoding, window, n_kv_head, q_start, k_start (queries are the last Tq positions)
-    ('nope', 0, 4, 0, 0), ('nope', 5, 2, 0, 0), ('rope', 0, 1, 0, 0), ('alibi', 0, 4, 0, 0), ('alibi', 7, 2, 0, 0),
-    ('nape', 0, 2, 0, 0), ('nape', 6, 4, 0, 0), ('nape', 0, 4, 9, 0), ('nape', 4, 2, 12, 9), ('nope', 0, 2, 11, 0),
+    ('nope', 0, 4, 0, 0), ('nope', 5, 2, 0, 0), ('rope', 0, 1, 0, 0), ('alibi', 0, 4, 0, 0),
+    ('alibi', 7, 2, 0, 0), ('nape', 0, 2, 0, 0), ('nape', 6, 4, 0, 0), ('nape', 0, 4, 9, 0),
+    ('nape', 4, 2, 12, 9), ('nope', 0, 2, 11, 0),
 ]
 
 
@@ -53,7 +55,8 @@ def test_sdpa_and_flex_equal_naive_attention(pe, window, n_kv, q_start, k_start)
     ref = naive_attention(q, k, v, q_start, k_start, slopes, window)
     out = attention(q, k, v, q_start=q_start, k_start=k_start, slopes=slopes, window=window)
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(flex(q, k, v, q_start - k_start, slopes, window), ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(flex(q, k, v, q_start - k_start, slopes, window), ref, atol=1e-5,
+                               rtol=1e-5)
 
 
 @pytest.mark.parametrize('pe,window', [('alibi', 0), ('nape', 0), ('nape', 512)])
@@ -64,13 +67,18 @@ def test_attention_exact_at_long_query_offsets(pe, window):
     torch.manual_seed(0)
     slopes = alibi_slopes(4, pe)
     for offset in (2048, 8192, 32768):
-        q, k, v = torch.randn(1, 4, 16, 16), torch.randn(1, 2, offset + 16, 16), torch.randn(1, 2, offset + 16, 16)
+        q, k, v = (torch.randn(1, 4, 16, 16), torch.randn(1, 2, offset + 16, 16),
+                   torch.randn(1, 2, offset + 16, 16))
         dist = (torch.arange(16)[:, None] + offset - torch.arange(offset + 16)).double()  # (Tq, Tk)
-        scores = q.double() @ k.double().repeat_interleave(2, 1).transpose(-2, -1) / 4 - slopes.double()[:, None, None] * dist
+        scores = (q.double() @ k.double().repeat_interleave(2, 1).transpose(-2, -1) / 4
+                  - slopes.double()[:, None, None] * dist)
         allowed = (dist >= 0) & (dist < window) if window else dist >= 0
-        ref = scores.masked_fill(~allowed, float('-inf')).softmax(-1) @ v.double().repeat_interleave(2, 1)
-        for out in (flex(q, k, v, offset, slopes, window), attention(q, k, v, q_start=offset, slopes=slopes, window=window)):
-            assert (out.double() - ref).abs().max() < 2e-6, (offset, (out.double() - ref).abs().max())
+        ref = (scores.masked_fill(~allowed, float('-inf')).softmax(-1)
+               @ v.double().repeat_interleave(2, 1))
+        for out in (flex(q, k, v, offset, slopes, window),
+                    attention(q, k, v, q_start=offset, slopes=slopes, window=window)):
+            assert (out.double() - ref).abs().max() < 2e-6, (
+                offset, (out.double() - ref).abs().max())
 
 
 def test_alibi_bias_kept_exact_under_bf16_autocast():
@@ -79,12 +87,14 @@ def test_alibi_bias_kept_exact_under_bf16_autocast():
     the float64 attention correctly rounded, but for ties (0.02% here; 5% with a bf16 bias)."""
     torch.manual_seed(0)
     T = 512
-    q, k, v = (torch.randn(1, 4, T, 16) * 1.5).bfloat16(), (torch.randn(1, 2, T, 16) * 1.5).bfloat16(), \
-        torch.randn(1, 2, T, 16).bfloat16()
+    q, k, v = ((torch.randn(1, 4, T, 16) * 1.5).bfloat16(),
+               (torch.randn(1, 2, T, 16) * 1.5).bfloat16(), torch.randn(1, 2, T, 16).bfloat16())
     slopes = alibi_slopes(4, 'alibi') / 8  # gentle slopes: keys at distances of hundreds count
     dist = (torch.arange(T)[:, None] - torch.arange(T)).double()
-    scores = q.double() @ k.double().repeat_interleave(2, 1).transpose(-2, -1) / 4 - slopes.double()[:, None, None] * dist
-    ref = scores.masked_fill(dist < 0, float('-inf')).softmax(-1) @ v.double().repeat_interleave(2, 1)
+    scores = (q.double() @ k.double().repeat_interleave(2, 1).transpose(-2, -1) / 4
+              - slopes.double()[:, None, None] * dist)
+    ref = (scores.masked_fill(dist < 0, float('-inf')).softmax(-1)
+           @ v.double().repeat_interleave(2, 1))
     with torch.autocast('cpu', dtype=torch.bfloat16):
         out = attention(q, k, v, slopes=slopes, window=0, backend='sdpa')
     assert out.dtype == torch.bfloat16 and (out != ref.bfloat16()).double().mean() < 0.005
@@ -102,13 +112,14 @@ def test_sdpa_gets_whole_heads_whenever_it_gets_a_mask(monkeypatch):
     q, k, v = torch.randn(1, 4, 12, 8), torch.randn(1, 2, 12, 8), torch.randn(1, 2, 12, 8)
     for slopes, window in ((alibi_slopes(4, 'nape'), 0), (None, 5), (None, 0)):
         attention(q, k, v, slopes=slopes, window=window)
-    assert calls == [(True, True, False), (True, True, False), (False, False, True)]  # the last: flash, GQA in-kernel
+    # the last: flash, GQA in-kernel
+    assert calls == [(True, True, False), (True, True, False), (False, False, True)]
 
 
 def test_alibi_and_windows_reach_sdpas_fused_cpu_kernel():
     """NAPE's bias and the sliding window go to SDPA's fused CPU kernel, forward and backward; a
-    3-d bias mask sends SDPA to its math kernel (the quick start: training 1.3x slower, evaluation at
-    2048 tokens 2x)."""
+    3-d bias mask sends SDPA to its math kernel (the quick start: training 1.3x slower, evaluation
+    at 2048 tokens 2x)."""
     from torch.profiler import profile
     q, k, v = (torch.randn(2, 4, 64, 8, requires_grad=True) for _ in range(3))
     for slopes, window in ((alibi_slopes(4, 'nape'), 0), (None, 16), (alibi_slopes(4, 'nape'), 16)):
@@ -116,12 +127,14 @@ def test_alibi_and_windows_reach_sdpas_fused_cpu_kernel():
             attention(q, k, v, slopes=slopes, window=window).sum().backward()
         ops = {e.key for e in prof.key_averages()}
         assert {'aten::_scaled_dot_product_flash_attention_for_cpu',
-                'aten::_scaled_dot_product_flash_attention_for_cpu_backward'} <= ops, (slopes, window)
+                'aten::_scaled_dot_product_flash_attention_for_cpu_backward'} <= ops, (
+            slopes, window)
         assert not any('math' in op for op in ops), (slopes, window)
 
 
 def test_long_inputs_go_in_query_slices():
-    """Past 2^25 mask entries the queries are sliced; the output is the same as one explicit mask."""
+    """Past 2^25 mask entries the queries are sliced; the output is the same as one explicit
+    mask."""
     torch.manual_seed(0)
     q, k, v = torch.randn(1, 4, 3000, 8), torch.randn(1, 2, 3000, 8), torch.randn(1, 2, 3000, 8)
     slopes = alibi_slopes(4, 'nape')
@@ -132,10 +145,14 @@ def test_long_inputs_go_in_query_slices():
 
 
 def test_alibi_slopes():
-    assert alibi_slopes(8, 'nape').tolist() == pytest.approx([1, 1 / 2, 1 / 3, 1 / 4, 0, 0, 0, 0])  # first H/2 heads ALiBi, 1/h
+    # first H/2 heads ALiBi, 1/h
+    assert alibi_slopes(8, 'nape').tolist() == pytest.approx([1, 1 / 2, 1 / 3, 1 / 4, 0, 0, 0, 0])
     assert alibi_slopes(8, 'nape', 'exp').tolist() == [1, 1 / 2, 1 / 4, 1 / 8, 0, 0, 0, 0]
-    assert alibi_slopes(4, 'alibi').tolist() == [2 ** -2, 2 ** -4, 2 ** -6, 2 ** -8]  # Press et al.: 2^(-8h/H)
-    assert alibi_slopes(6, 'alibi').tolist() == pytest.approx([2 ** -2, 2 ** -4, 2 ** -6, 2 ** -8, 2 ** -1, 2 ** -3])  # then odd powers of 2^(-8/(2n))
+    # Press et al.: 2^(-8h/H)
+    assert alibi_slopes(4, 'alibi').tolist() == [2 ** -2, 2 ** -4, 2 ** -6, 2 ** -8]
+    # then odd powers of 2^(-8/(2n))
+    assert alibi_slopes(6, 'alibi').tolist() == pytest.approx([2 ** -2, 2 ** -4, 2 ** -6, 2 ** -8,
+                                                               2 ** -1, 2 ** -3])
 
 
 def test_rope_is_a_rotation_of_half_pairs():
@@ -148,17 +165,20 @@ def test_rope_is_a_rotation_of_half_pairs():
     torch.testing.assert_close(apply_rope(x, cos, sin), torch.cat([rz.real, rz.imag], -1))
 
 
-@pytest.mark.parametrize('pe,window', [('nope', 0), ('rope', 0), ('rope', 9), ('alibi', 0), ('nape', 0), ('nape', 9),
+@pytest.mark.parametrize('pe,window', [('nope', 0), ('rope', 0), ('rope', 9), ('alibi', 0),
+                                       ('nape', 0), ('nape', 9),
                                        ('learned', 0), (['rope', 'nope'], [9, 0])])
 def test_cache_paths_equal_full_forward(pe, window):
     """Chunked per-position losses = the plain loss; greedy KV-cache generation = argmax of
     full forwards, including past block_size and across the window."""
     torch.manual_seed(0)
-    m = Transformer(TransformerConfig(**SMALL, pos_encoding=pe, window=window, n_kv_head=2, mlp='swiglu')).eval()
+    m = Transformer(TransformerConfig(**SMALL, pos_encoding=pe, window=window, n_kv_head=2,
+                                      mlp='swiglu')).eval()
     idx, tgt = torch.randint(0, 61, (2, 50)), torch.randint(0, 61, (2, 50))
     logits, _ = m(idx, tgt)
     full = F.cross_entropy(logits.transpose(1, 2), tgt, reduction='none')
-    torch.testing.assert_close(m.position_losses(idx, tgt, chunk_size=7), full, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(m.position_losses(idx, tgt, chunk_size=7), full, atol=1e-5,
+                               rtol=1e-5)
     ref = idx[:, :20]
     for _ in range(12):
         ref = torch.cat([ref, m(ref)[0][:, -1].argmax(-1, keepdim=True)], dim=1)
@@ -167,13 +187,17 @@ def test_cache_paths_equal_full_forward(pe, window):
 
 def test_layernorm_biases_and_untied_head():
     torch.manual_seed(0)
-    m = Transformer(TransformerConfig(**SMALL, norm='layernorm', bias=True, tie_embeddings=False)).eval()
+    m = Transformer(TransformerConfig(**SMALL, norm='layernorm', bias=True,
+                                      tie_embeddings=False)).eval()
     assert m.lm_head.weight is not m.wte.weight and isinstance(m.norm_f, torch.nn.LayerNorm)
-    per_layer = 4 * (32 * 32 + 32) + (32 * 128 + 128) + (128 * 32 + 32) + 2 * 2 * 32  # projections, MLP, 2 LayerNorms
-    assert m.num_params() == 2 * per_layer + 2 * 32 and m.num_params(False) == m.num_params() + 2 * 61 * 32
+    # projections, MLP, 2 LayerNorms
+    per_layer = 4 * (32 * 32 + 32) + (32 * 128 + 128) + (128 * 32 + 32) + 2 * 2 * 32
+    assert (m.num_params() == 2 * per_layer + 2 * 32
+            and m.num_params(False) == m.num_params() + 2 * 61 * 32)
     idx = torch.randint(0, 61, (2, 30))
     full = F.cross_entropy(m(idx, idx)[0].transpose(1, 2), idx, reduction='none')
-    torch.testing.assert_close(m.position_losses(idx, idx, chunk_size=8), full, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(m.position_losses(idx, idx, chunk_size=8), full, atol=1e-5,
+                               rtol=1e-5)
 
 
 def test_model_flex_equals_sdpa():
@@ -185,7 +209,8 @@ def test_model_flex_equals_sdpa():
     idx = torch.randint(0, 61, (2, 40))
     with torch.no_grad():  # FlexAttention has no backward on CPU
         torch.testing.assert_close(b(idx, idx)[0], a(idx, idx)[0], atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(b.position_losses(idx, idx, 16), a.position_losses(idx, idx, 16), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(b.position_losses(idx, idx, 16), a.position_losses(idx, idx, 16),
+                               atol=1e-5, rtol=1e-5)
 
 
 def test_generate_stops_at_eos():
@@ -204,7 +229,8 @@ def dropout_sites(model, idx):
     for name, mod in model.named_modules():
         if name.endswith(('pre_linear', 'pre_norm')):
             hooks.append(mod.register_forward_hook(
-                lambda mod, inp, out, name=name: changed.setdefault(name, []).append(not torch.equal(inp[0], out))))
+                lambda mod, inp, out, name=name:
+                    changed.setdefault(name, []).append(not torch.equal(inp[0], out))))
     model.train()(idx, idx)
     for h in hooks:
         h.remove()
@@ -214,12 +240,14 @@ def dropout_sites(model, idx):
 @pytest.mark.parametrize('dropout_type', ['none', 'pre_norm', 'pre_linear', 'vpad'])
 def test_each_placement_acts_only_at_its_sites(dropout_type):
     torch.manual_seed(0)
-    m = Transformer(TransformerConfig(**SMALL, mlp='swiglu', dropout=0.3, dropout_type=dropout_type))
+    m = Transformer(TransformerConfig(**SMALL, mlp='swiglu', dropout=0.3,
+                                      dropout_type=dropout_type))
     sites = dropout_sites(m, torch.randint(0, 61, (2, 16)))
     linear_sites = [n for n in sites if n.endswith('pre_linear')]
     norm_sites = [n for n in sites if n.endswith('pre_norm')]
     # every sublayer has its pre-linear site, called once per projection: q, k, v, o; gate, up, down
-    assert sorted(linear_sites) == sorted(f'layers.{i}.{s}.pre_linear' for i in range(2) for s in ('attn', 'mlp'))
+    assert sorted(linear_sites) == sorted(f'layers.{i}.{s}.pre_linear'
+                                          for i in range(2) for s in ('attn', 'mlp'))
     assert all(len(sites[n]) == (4 if '.attn.' in n else 3) for n in linear_sites)
     assert len(norm_sites) == 2 and all(len(sites[n]) == 2 for n in norm_sites)
     linear_calls = [c for n in linear_sites for c in sites[n]]
@@ -241,21 +269,25 @@ def test_pre_linear_masks_are_independent_per_projection():
 
 
 @pytest.mark.parametrize('kind', [dict(dropout_type='pre_norm'), dict(dropout_type='pre_linear'),
-                                  dict(dropout_type='vpad'), dict(dropout_type='vpad', vpad_variant='C'), dict(attn_dropout=0.5)])
+                                  dict(dropout_type='vpad'),
+                                  dict(dropout_type='vpad', vpad_variant='C'),
+                                  dict(attn_dropout=0.5)])
 def test_every_dropout_is_the_identity_in_eval_mode(kind):
     torch.manual_seed(0)
     plain = Transformer(TransformerConfig(**SMALL))
     reg = Transformer(TransformerConfig(**SMALL, dropout=0.5, **kind))
     reg.load_state_dict(plain.state_dict())
     idx = torch.randint(0, 61, (2, 16))
-    assert not torch.allclose(reg.train()(idx, idx)[0], plain.train()(idx, idx)[0])  # active in training
+    # active in training
+    assert not torch.allclose(reg.train()(idx, idx)[0], plain.train()(idx, idx)[0])
     torch.testing.assert_close(reg.eval()(idx, idx)[0], plain.eval()(idx, idx)[0], atol=0, rtol=0)
 
 
 def test_learned_positions_stop_at_block_size():
     m = Transformer(TransformerConfig(**SMALL, pos_encoding='learned')).eval()
     m(torch.zeros(1, 64, dtype=torch.long))
-    with pytest.raises(ValueError, match='learned absolute positions cover block_size = 64 tokens; this input reaches 65'):
+    with pytest.raises(ValueError, match='learned absolute positions cover block_size = 64 tokens; '
+                                         'this input reaches 65'):
         m(torch.zeros(1, 65, dtype=torch.long))
 
 
@@ -264,12 +296,14 @@ def test_config_errors():
         TransformerConfig(pos_encoding='alibi2')
     with pytest.raises(ValueError, match='3 entries but n_layer = 2'):
         TransformerConfig(n_layer=2, window=[0, 4, 8])
-    assert TransformerConfig(n_layer=6, window=[8, 0]).layer_windows() == [8, 0] * 3  # a pattern repeats
+    # a pattern repeats
+    assert TransformerConfig(n_layer=6, window=[8, 0]).layer_windows() == [8, 0] * 3
     with pytest.raises(ValueError, match='n_kv_head'):
         TransformerConfig(n_head=4, n_kv_head=3)
     with pytest.raises(ValueError, match='learned'):
         TransformerConfig(n_layer=2, pos_encoding=['learned', 'nope'])
-    with pytest.raises(ValueError, match="attn_backend='flex' cannot apply attention dropout"):  # it would drop it
+    # it would drop it
+    with pytest.raises(ValueError, match="attn_backend='flex' cannot apply attention dropout"):
         TransformerConfig(attn_backend='flex', attn_dropout=0.1)
     with pytest.raises(ValueError, match=r'attn_dropout must be in \[0, 1\)'):
         TransformerConfig(attn_dropout=1.0)
@@ -283,10 +317,13 @@ def test_paper_config_parameter_count_on_meta():
     args = {k: scope[k] for k in TransformerConfig.__dataclass_fields__ if k in scope}
     with torch.device('meta'):
         m = Transformer(TransformerConfig(**args, vocab_size=50304))
-    assert (scope['n_layer'], scope['n_embd'], scope['ffn_dim'], scope['n_head'], scope['block_size']) == (24, 768, 3072, 12, 2048)
-    per_layer = 4 * 768 * 768 + 2 * 768 * 3072 + 2 * 768  # q, k, v, o; GELU MLP up, down; two RMSNorms
+    assert (scope['n_layer'], scope['n_embd'], scope['ffn_dim'], scope['n_head'],
+            scope['block_size']) == (24, 768, 3072, 12, 2048)
+    # q, k, v, o; GELU MLP up, down; two RMSNorms
+    per_layer = 4 * 768 * 768 + 2 * 768 * 3072 + 2 * 768
     assert m.num_params() == 24 * per_layer + 768  # + the final norm: 169,906,944
-    assert m.num_params(non_embedding=False) == 24 * per_layer + 768 + 50304 * 768  # tied head: 208,540,416
+    # tied head: 208,540,416
+    assert m.num_params(non_embedding=False) == 24 * per_layer + 768 + 50304 * 768
 
 
 def sdpa_calls_per_layer(monkeypatch, B, H, Hkv, T, hd, slopes, window, device):
@@ -296,9 +333,11 @@ def sdpa_calls_per_layer(monkeypatch, B, H, Hkv, T, hd, slopes, window, device):
     calls, sdpa = [], F.scaled_dot_product_attention
     monkeypatch.setattr(attention_module.F, 'scaled_dot_product_attention',
                         lambda *a, **kw: (calls.append(1), sdpa(*a, **kw))[1])
-    monkeypatch.setattr(attention_module, 'masked_sdpa', lambda q, *a: (calls.append(1), torch.empty_like(q))[1])
+    monkeypatch.setattr(attention_module, 'masked_sdpa',
+                        lambda q, *a: (calls.append(1), torch.empty_like(q))[1])
     q, k = torch.empty(B, H, T, hd, device=device), torch.empty(B, Hkv, T, hd, device=device)
-    attention(q, k, k, slopes=None if slopes is None else slopes.to(device), window=window, dropout_p=0.1, backend='auto')
+    attention(q, k, k, slopes=None if slopes is None else slopes.to(device), window=window,
+              dropout_p=0.1, backend='auto')
     return len(calls)
 
 
@@ -318,7 +357,8 @@ def test_masked_sdpa_slices_by_what_it_materialises(monkeypatch):
     assert sdpa_calls_per_layer(monkeypatch, 4, 16, 4, 4096, 128, None, 0, 'meta') == 1
     monkeypatch.undo()
     import attention as attention_module
-    monkeypatch.setattr(attention_module, 'SCORE_ENTRIES', 3 * 4 * 16 * 64)  # 16 rows of every sequence, 48 of the mask
+    # 16 rows of every sequence, 48 of the mask
+    monkeypatch.setattr(attention_module, 'SCORE_ENTRIES', 3 * 4 * 16 * 64)
     assert sdpa_calls_per_layer(monkeypatch, 3, 4, 4, 64, 8, alibi_slopes(4, 'nape'), 0, 'cpu') == 4
 
 
@@ -326,9 +366,11 @@ def test_the_fused_kernels_stay_out_of_compiled_graphs(tmp_path):
     """mamba_ssm's and causal_conv1d's Triton kernels (dynamo fails on them upstream) and
     AdaSplash's are not traced into the caller's graph: each is wrapped by torch.compiler.disable
     where it imports. Fake packages stand in for them, each saying whether dynamo traced it."""
-    fake = "import torch\ndef {}(*args, **kwargs):\n    return 'traced' if torch.compiler.is_compiling() else 'kernel'\n"
+    fake = ("import torch\ndef {}(*args, **kwargs):\n"
+            "    return 'traced' if torch.compiler.is_compiling() else 'kernel'\n")
     for module, fn in (('mamba_ssm/ops/triton/ssd_combined.py', 'mamba_chunk_scan_combined'),
-                       ('causal_conv1d/__init__.py', 'causal_conv1d_fn'), ('adasplash/__init__.py', 'adasplash')):
+                       ('causal_conv1d/__init__.py', 'causal_conv1d_fn'),
+                       ('adasplash/__init__.py', 'adasplash')):
         path = tmp_path / module
         path.parent.mkdir(parents=True, exist_ok=True)
         for parent in path.relative_to(tmp_path).parents:
@@ -339,7 +381,8 @@ def test_the_fused_kernels_stay_out_of_compiled_graphs(tmp_path):
             'print([torch.compile(lambda: f(), backend="eager")() for f in fns])\n'
             'attention.attention_kernel = lambda *args: "adasplash"  # a CUDA choice, forced\n'
             'q = torch.randn(1, 2, 8, 4)\n'
-            'print(torch.compile(lambda q: attention.attention(q, q, q, alpha=1.5), backend="eager")(q))\n')
+            'print(torch.compile(lambda q: attention.attention(q, q, q, alpha=1.5), '
+            'backend="eager")(q))\n')
     r = subprocess.run([sys.executable, '-c', code], cwd=ROOT, capture_output=True, text=True,
                        env={**os.environ, 'PYTHONPATH': str(tmp_path)})
     assert r.returncode == 0, r.stderr

@@ -15,10 +15,11 @@ from model import Transformer, TransformerConfig
 
 P = 0.3
 MODELS = {
-    'transformer': lambda **kw: Transformer(TransformerConfig(vocab_size=61, n_layer=2, n_head=4, n_embd=32,
-                                                              mlp='swiglu', dropout=P, **kw)),
-    'mamba2': lambda **kw: Mamba2(Mamba2Config(vocab_size=61, n_layer=2, n_embd=32, d_state=8, headdim=16,
-                                               chunk_size=8, dropout=P, use_kernels=False, **kw)),
+    'transformer': lambda **kw: Transformer(TransformerConfig(
+        vocab_size=61, n_layer=2, n_head=4, n_embd=32, mlp='swiglu', dropout=P, **kw)),
+    'mamba2': lambda **kw: Mamba2(Mamba2Config(
+        vocab_size=61, n_layer=2, n_embd=32, d_state=8, headdim=16, chunk_size=8, dropout=P,
+        use_kernels=False, **kw)),
 }
 
 
@@ -74,23 +75,28 @@ def test_pre_linear_sites_act_on_every_projection_input(kind, dropout_type):
     events, hooks = [], []
     for site in sites:
         hooks.append(site.register_forward_hook(lambda mod, i, o: events.append(('site', o))))
-    projections = [(n, mod) for n, mod in m.named_modules() if n.endswith('_proj') and not n.endswith('scale_proj')]
+    projections = [(n, mod) for n, mod in m.named_modules()
+                   if n.endswith('_proj') and not n.endswith('scale_proj')]
     for name, proj in projections:
-        hooks.append(proj.register_forward_pre_hook(lambda mod, i, name=name: events.append((name, i[0]))))
+        hooks.append(proj.register_forward_pre_hook(
+            lambda mod, i, name=name: events.append((name, i[0]))))
     run(m, {site: pl_d if dropout_type == 'pre_linear' else vpad for site in sites})
     for h in hooks:
         h.remove()
     names = [e[0] for e in events if e[0] != 'site']
-    assert len(names) == (2 * 7 if kind == 'transformer' else 2 * 2)  # q k v o gate up down; in_proj out_proj
+    # q k v o gate up down; in_proj out_proj
+    assert len(names) == (2 * 7 if kind == 'transformer' else 2 * 2)
     for before, (name, x) in zip(events, events[1:]):
         if name != 'site':
-            assert before[0] == 'site' and before[1] is x, f"{name}'s input is not a pre-linear site's output"
+            assert before[0] == 'site' and before[1] is x, (
+                f"{name}'s input is not a pre-linear site's output")
 
 
 @pytest.mark.parametrize('kind', MODELS)
 def test_pre_norm_dropout_is_eq_6(kind):
     """PN-D, Eq. 6: r_{l+1} = r_l + D(u_l), u_l the sublayer's output from Norm(r_l); the dropped
-    sublayer output joins the residual stream (the transformer: after attention, then after the MLP)."""
+    sublayer output joins the residual stream (the transformer: after attention, then after the
+    MLP)."""
     torch.manual_seed(0)
     m = MODELS[kind](dropout_type='pre_norm')
 

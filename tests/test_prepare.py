@@ -1,4 +1,5 @@
-"""The data preparation scripts on small local files, offline: DCLM-Edu's schema (byte tokenizer), arXiv papers."""
+"""The data preparation scripts on small local files, offline: DCLM-Edu's schema (byte tokenizer),
+arXiv papers."""
 
 import gzip
 import json
@@ -20,8 +21,10 @@ N_DOCS, VAL_DOCS, SHARD = 40, 5, 500
 
 def make_docs():
     rng = np.random.default_rng(0)
-    words = ['the', 'cell', 'divides', 'energy', 'photosynthesis', 'Ünïcödé', 'naïve', '数学', 'x²', 'π≈3.14']
-    return [f"doc {i}: " + ' '.join(rng.choice(words, size=rng.integers(5, 40))) + '.' for i in range(N_DOCS)]
+    words = ['the', 'cell', 'divides', 'energy', 'photosynthesis', 'Ünïcödé', 'naïve', '数学', 'x²',
+             'π≈3.14']
+    return [f"doc {i}: " + ' '.join(rng.choice(words, size=rng.integers(5, 40))) + '.'
+            for i in range(N_DOCS)]
 
 
 def write_source(tmp_path, fmt, docs):
@@ -66,18 +69,21 @@ def test_splits_shards_and_meta(tmp_path, fmt):
                 for s, ds in (('val', docs[:VAL_DOCS]), ('train', docs[VAL_DOCS:]))}
 
     val, train = TokenData(str(out), 'val'), TokenData(str(out), 'train')
-    assert decode_docs(split_stream(val), tok) == docs[:VAL_DOCS]  # exactly the first docs, in order
+    # exactly the first docs, in order
+    assert decode_docs(split_stream(val), tok) == docs[:VAL_DOCS]
     assert decode_docs(split_stream(train), tok) == docs[VAL_DOCS:]  # the rest, in order, none lost
     for s, data in (('val', val), ('train', train)):
         assert np.array_equal(split_stream(data), expected[s])
         assert all(n == SHARD for n in data.sizes[:-1]) and 0 < data.sizes[-1] <= SHARD
     assert len(train.shards) >= 4
     files = sorted(os.listdir(out))
-    assert files == ['meta.json', 'train_000000.bin', *[f'train_{i:06d}.bin' for i in range(1, len(train.shards))],
+    assert files == ['meta.json', 'train_000000.bin',
+                     *[f'train_{i:06d}.bin' for i in range(1, len(train.shards))],
                      *[f'val_{i:06d}.bin' for i in range(len(val.shards))]]
 
     meta = val.meta
-    assert meta['tokenizer'] == {'kind': 'byte'} and meta['vocab_size'] == 257 and meta['eot'] == 256
+    assert (meta['tokenizer'] == {'kind': 'byte'} and meta['vocab_size'] == 257
+            and meta['eot'] == 256)
     assert meta['source'].endswith(fmt)
     for s, data, n in (('val', val, VAL_DOCS), ('train', train, N_DOCS - VAL_DOCS)):
         assert meta[s] == {'documents': n, 'tokens': len(expected[s]), 'shards': len(data.shards)}
@@ -114,26 +120,35 @@ def test_refuses_existing_shards_unless_overwrite(tmp_path):
     r = run(source, out, '--max_tokens=100', '--overwrite')
     assert r.returncode == 0, r.stderr
     after = sorted(os.listdir(out))
-    assert [f for f in after if f.startswith('train')] == ['train_000000.bin']  # no stale train shards left
-    assert [f for f in after if f.startswith('val')] == [f for f in sorted(before) if f.startswith('val')]
+    # no stale train shards left
+    assert [f for f in after if f.startswith('train')] == ['train_000000.bin']
+    assert ([f for f in after if f.startswith('val')]
+            == [f for f in sorted(before) if f.startswith('val')])
     assert len(TokenData(str(out), 'train')) == 100
 
 
 def test_common_pile_arxiv_keeps_long_papers_whole(tmp_path):
     lengths = [50, 120, 30, 300, 101, 99, 150]
-    rows = [{'text': f"paper {i} " + 'x' * (n - len(f"paper {i} ")), 'id': str(i)} for i, n in enumerate(lengths)]
+    rows = [{'text': f"paper {i} " + 'x' * (n - len(f"paper {i} ")), 'id': str(i)}
+            for i, n in enumerate(lengths)]
     src = tmp_path / 'arxiv.jsonl'
     src.write_text(''.join(json.dumps(r) + '\n' for r in rows))
     out = tmp_path / 'out'
-    cmd = [sys.executable, 'data/common_pile_arxiv/prepare.py', f'--source={src}', '--tokenizer=byte', f'--out_dir={out}']
+    cmd = [sys.executable, 'data/common_pile_arxiv/prepare.py', f'--source={src}',
+           '--tokenizer=byte', f'--out_dir={out}']
     env = {**os.environ, 'HF_DATASETS_OFFLINE': '1', 'HF_HUB_OFFLINE': '1'}
-    r = subprocess.run(cmd + ['--min_tokens=100', '--docs=3', '--batch_docs=2'], cwd=ROOT, env=env, capture_output=True, text=True)
+    r = subprocess.run(cmd + ['--min_tokens=100', '--docs=3', '--batch_docs=2'], cwd=ROOT, env=env,
+                       capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     val = TokenData(str(out), 'val')
-    docs = [Tokenizer({'kind': 'byte'}).decode(np.asarray(val.shards[0][a:b])) for _, a, b in val.doc_spans()]
-    assert docs == [rows[i]['text'] for i in (1, 3, 4)]  # the first three of at least 100 tokens, whole, in order
-    assert val.meta['min_tokens'] == 100 and val.meta['val']['documents'] == 3 and len(val.shards) == 1
-    r = subprocess.run(cmd + ['--min_tokens=1000', '--overwrite'], cwd=ROOT, env=env, capture_output=True, text=True)
+    docs = [Tokenizer({'kind': 'byte'}).decode(np.asarray(val.shards[0][a:b]))
+            for _, a, b in val.doc_spans()]
+    # the first three of at least 100 tokens, whole, in order
+    assert docs == [rows[i]['text'] for i in (1, 3, 4)]
+    assert (val.meta['min_tokens'] == 100 and val.meta['val']['documents'] == 3
+            and len(val.shards) == 1)
+    r = subprocess.run(cmd + ['--min_tokens=1000', '--overwrite'], cwd=ROOT, env=env,
+                       capture_output=True, text=True)
     assert r.returncode != 0 and 'lower --min_tokens' in r.stderr
 
 
@@ -146,7 +161,8 @@ def test_ruler_essays_in_rulers_order(tmp_path):
     src.mkdir()
     (src / 'zeta.txt').write_text('Zeta ends without a newline.')
     (src / 'alpha.txt').write_text('Alpha essay.\n')
-    page = '<html><body><p>menu</p><font size="2">Beta <b>page</b> text.<br><br>Second paragraph.</font></body></html>'
+    page = ('<html><body><p>menu</p><font size="2">Beta <b>page</b> text.<br><br>'
+            'Second paragraph.</font></body></html>')
     (src / 'beta.html').write_text(page)
     (src / 'aaa.html').write_text(page.replace('Beta', 'Aaa'))
     urls = [f"file://{src / n}" for n in ('zeta.txt', 'beta.html', 'alpha.txt', 'aaa.html')]
@@ -154,16 +170,19 @@ def test_ruler_essays_in_rulers_order(tmp_path):
     words = json.dumps({'0': 'apple', '1': 'banana'}).encode()
     (src / 'words.json').write_bytes(words)
     out = tmp_path / 'out'
-    cmd = [sys.executable, 'data/ruler/prepare.py', f'--urls={tmp_path / "urls.txt"}', f'--out_dir={out}',
-           f'--words_url=file://{src / "words.json"}']
-    r = subprocess.run([*cmd, f'--words_sha256={hashlib.sha256(words).hexdigest()}'], cwd=ROOT, capture_output=True, text=True)
+    cmd = [sys.executable, 'data/ruler/prepare.py', f'--urls={tmp_path / "urls.txt"}',
+           f'--out_dir={out}', f'--words_url=file://{src / "words.json"}']
+    r = subprocess.run([*cmd, f'--words_sha256={hashlib.sha256(words).hexdigest()}'], cwd=ROOT,
+                       capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     text = json.loads((out / 'essays.json').read_text())['text']
     import html2text
     from bs4 import BeautifulSoup
     h = html2text.HTML2Text()
-    h.ignore_images, h.ignore_tables, h.escape_all, h.reference_links, h.mark_code = True, True, True, False, False
-    pages = [h.handle(str(BeautifulSoup(page.replace('Beta', w), 'html.parser').find('font'))) for w in ('Aaa', 'Beta')]
+    h.ignore_images, h.ignore_tables, h.escape_all, h.reference_links, h.mark_code = (
+        True, True, True, False, False)
+    pages = [h.handle(str(BeautifulSoup(page.replace('Beta', w), 'html.parser').find('font')))
+             for w in ('Aaa', 'Beta')]
     assert text == 'Alpha essay.\nZeta ends without a newline.' + ''.join(pages)
     assert 'menu' not in text and 'Aaa **page** text.' in text  # the <font> element alone
     assert json.loads((out / 'english_words.json').read_text()) == {'0': 'apple', '1': 'banana'}
@@ -172,4 +191,5 @@ def test_ruler_essays_in_rulers_order(tmp_path):
     assert bad.returncode != 0 and 'SHA-256 differs' in bad.stderr
     (tmp_path / 'urls.txt').write_text('\n'.join(urls + [f"file://{src / 'missing.txt'}"]))
     gone = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    assert gone.returncode != 0 and 'nothing written' in gone.stderr and not (out / 'essays.json').exists()
+    assert (gone.returncode != 0 and 'nothing written' in gone.stderr
+            and not (out / 'essays.json').exists())

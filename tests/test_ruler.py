@@ -20,7 +20,8 @@ BYTE, GPT2 = Tokenizer({'kind': 'byte'}), Tokenizer({'kind': 'gpt2'})
 def squad(articles):
     return {'data': [{'title': f'article {a}', 'paragraphs': [
         {'context': f"Paragraph {a}.{p}: the river {a}{p} flows north past the town of Town{a}{p}.",
-         'qas': [{'question': f"Where does river {a}{p} flow?", 'answers': [{'text': 'north'}, {'text': 'to the north'}],
+         'qas': [{'question': f"Where does river {a}{p} flow?",
+                  'answers': [{'text': 'north'}, {'text': 'to the north'}],
                   'is_impossible': False},
                  {'question': f"Who drank river {a}{p}?", 'answers': [], 'is_impossible': True}]}
         for p in range(3)]} for a in range(articles)]}
@@ -28,7 +29,8 @@ def squad(articles):
 
 def hotpot(questions):
     return [{'question': f"Which city hosts team {i}?", 'answer': f"City{i}",
-             'context': [[f"Team {i}", ["Team ", f"{i} plays in City{i}."]], [f"Other {i}", ["Nothing ", "here."]]]}
+             'context': [[f"Team {i}", ["Team ", f"{i} plays in City{i}."]],
+                         [f"Other {i}", ["Nothing ", "here."]]]}
             for i in range(questions)]
 
 
@@ -40,7 +42,8 @@ def data(tmp_path_factory):
     d = tmp_path_factory.mktemp('qa')
     (d / 'squad.json').write_text(json.dumps(SQUAD))
     (d / 'hotpot.json').write_text(json.dumps(HOTPOT))
-    return ruler.Data(squad=str(d / 'squad.json'), hotpotqa=str(d / 'hotpot.json'), say=lambda *a: None)
+    return ruler.Data(squad=str(d / 'squad.json'), hotpotqa=str(d / 'hotpot.json'),
+                      say=lambda *a: None)
 
 
 def strings(task):
@@ -56,21 +59,25 @@ def strings(task):
     return [s for s in re.split(r'\{[a-z_]+\}', template) if s.strip()]
 
 
-@pytest.mark.parametrize('tok,length', [(BYTE, 2048), (BYTE, 8192), (GPT2, 2048), (GPT2, 4096)], ids=['byte2K', 'byte8K', 'gpt2-2K', 'gpt2-4K'])
+@pytest.mark.parametrize('tok,length', [(BYTE, 2048), (BYTE, 8192), (GPT2, 2048), (GPT2, 4096)],
+                         ids=['byte2K', 'byte8K', 'gpt2-2K', 'gpt2-4K'])
 @pytest.mark.parametrize('task', ruler.SUBSETS['paper'])  # RULER's 13
 def test_prompts_fit_and_hold_rulers_strings(task, tok, length, data):
     kind = ruler.TASKS[task][0]
     try:
         text, answers = ruler.prompt(task, tok, length, f'{task}/0', 42, data, {})
     except ValueError as e:
-        assert task == 'cwe' and tok is BYTE and 'too few' in str(e)  # 30 repeats of 10 words need more bytes
+        # 30 repeats of 10 words need more bytes
+        assert task == 'cwe' and tok is BYTE and 'too few' in str(e)
         return
     assert all(s in text for s in strings(task))
     n = len(tok.encode(text)) + ruler.TOKENS_TO_GENERATE[kind]
     assert n <= length  # fits
     # fills it (a sample that overflows is redrawn one RULER step smaller: up to 500 essay words,
     # a third of 8K bytes), or holds every document
-    assert length * (0.6 if kind == 'niah' else 0.8) < n or (kind == 'qa' and text.count('\nDocument ') == len(data.qa(ruler.TASKS[task][1]['dataset'])[1]))
+    assert length * (0.6 if kind == 'niah' else 0.8) < n or (
+        kind == 'qa'
+        and text.count('\nDocument ') == len(data.qa(ruler.TASKS[task][1]['dataset'])[1]))
     check_answers(task, text, answers)
 
 
@@ -79,12 +86,17 @@ def check_answers(task, text, answers):
     kind, args = ruler.TASKS[task]
     question = text.rsplit('Question:', 1)[-1] if kind != 'niah' else text.rsplit('\n', 1)[-1]
     if kind == 'niah':
-        keys = re.findall(r'special magic \w+ for (.+?) mentioned', text.rsplit('\n', 1)[-1])[0].replace(', and ', ', ').split(', ')
+        keys = re.findall(r'special magic \w+ for (.+?) mentioned',
+                          text.rsplit('\n', 1)[-1])[0].replace(', and ', ', ').split(', ')
         v = args['type_needle_v']
-        found = [val for k in keys for val in re.findall(rf"One of the special magic {v} for {re.escape(k)} is: (\S+)\.", text)]
-        assert sorted(found) == sorted(answers) and len(answers) == args.get('num_needle_v', 1) * args.get('num_needle_q', 1)
+        found = [val for k in keys
+                 for val in re.findall(rf"One of the special magic {v} for {re.escape(k)} "
+                                       rf"is: (\S+)\.", text)]
+        assert (sorted(found) == sorted(answers)
+                and len(answers) == args.get('num_needle_v', 1) * args.get('num_needle_q', 1))
         if args['type_haystack'] == 'needle':
-            assert all(line.startswith('One of the special magic') for line in text.split('\n')[1:-1])
+            assert all(line.startswith('One of the special magic')
+                       for line in text.split('\n')[1:-1])
     elif kind == 'variable_tracking':
         body = text.split('\n\nMemorize and track')[-1]  # after the solved example
         value = re.search(r'assigned the value (\d+) in the text above', body).group(1)
@@ -98,17 +110,20 @@ def check_answers(task, text, answers):
         top = [w for w, _ in counts.most_common()]
         assert sorted(answers) == sorted(top[:10]) and counts[top[9]] > counts[top[10]]
     elif kind == 'freq_words':
-        counts = collections.Counter(text.split('coded words. ', 1)[1].split('\nQuestion')[0].split())
+        counts = collections.Counter(
+            text.split('coded words. ', 1)[1].split('\nQuestion')[0].split())
         del counts['...']
         assert answers == [w for w, _ in counts.most_common(3)]
     else:
-        assert 'Document 1:\n' in text and question.strip().startswith(('Where does river', 'Which city hosts team'))
+        assert ('Document 1:\n' in text
+                and question.strip().startswith(('Where does river', 'Which city hosts team')))
         if task == 'qa_1':
             river = re.search(r'river (\d+) flow', question).group(1)
             assert f"the river {river} flows north" in text and answers == ['north', 'to the north']
         else:
             team = re.search(r'team (\d+)\?', question).group(1)
-            assert f"Team {team}\nTeam {team} plays in City{team}." in text and answers == [f"City{team}"]
+            assert (f"Team {team}\nTeam {team} plays in City{team}." in text
+                    and answers == [f"City{team}"])
 
 
 def test_cwe_below_4k_uses_rulers_small_counts(data):
@@ -117,7 +132,8 @@ def test_cwe_below_4k_uses_rulers_small_counts(data):
     counts = collections.Counter(re.findall(r'\d+\. (\S+)', listing.split('\nQuestion:')[0]))
     assert {counts[w] for w in answers} == {6} and set(counts.values()) == {6, 1}
     example = text.split('\nQuestion:')[0]
-    assert set(collections.Counter(re.findall(r'\d+\. (\S+)', example)).values()) == {3, 1}  # the 20-word example
+    # the 20-word example
+    assert set(collections.Counter(re.findall(r'\d+\. (\S+)', example)).values()) == {3, 1}
 
 
 def test_vt_has_a_solved_example_first(data):
@@ -132,7 +148,8 @@ def test_vt_has_a_solved_example_first(data):
 def test_errors(data):
     with pytest.raises(SystemExit, match="unknown RULER task 'niah_single_9'"):
         ruler.task_list(['niah_single_1', 'niah_single_9'])
-    assert ruler.task_list('synthetic') == [t for t in ruler.SUBSETS['paper'] if not t.startswith('qa')]
+    assert ruler.task_list('synthetic') == [t for t in ruler.SUBSETS['paper']
+                                            if not t.startswith('qa')]
     assert len(ruler.task_list('paper')) == 13 and ruler.task_list('vt') == ['vt']
     with pytest.raises(ValueError, match='too few for this task'):
         ruler.prompt('qa_1', BYTE, 64, 'x', 42, data, {})
@@ -165,26 +182,32 @@ def test_harness(data, tmp_path):
                 except ValueError:
                     pass
     said = []
-    r = ruler.evaluate(Knower(answers), BYTE, ruler.Results(str(tmp_path / 'a.jsonl')), tasks, lengths, 2, 42, data,
-                            say=said.append)
-    assert r['too_short'].keys() == {'vt/1024', 'cwe/1024'} and any('not run: cwe at 1024' in s for s in said)
-    assert r['scores']['niah_single_1'] == {1024: 100.0, 2048: 100.0} and r['scores']['cwe'][2048] == 100.0
+    r = ruler.evaluate(Knower(answers), BYTE, ruler.Results(str(tmp_path / 'a.jsonl')), tasks,
+                       lengths, 2, 42, data, say=said.append)
+    assert (r['too_short'].keys() == {'vt/1024', 'cwe/1024'}
+            and any('not run: cwe at 1024' in s for s in said))
+    assert (r['scores']['niah_single_1'] == {1024: 100.0, 2048: 100.0}
+            and r['scores']['cwe'][2048] == 100.0)
     assert r['average'] == {1024: 100.0, 2048: 100.0} and r['tasks_averaged'] == {1024: 3, 2048: 5}
-    silent = ruler.evaluate(Knower(answers, silent=True), BYTE, ruler.Results(str(tmp_path / 'b.jsonl')), tasks,
-                                 lengths, 2, 42, data, say=said.append)
-    assert silent['average'] == {1024: 0.0, 2048: 0.0} and silent['nulls']['fwe'] == {1024: 2, 2048: 2}
+    silent = ruler.evaluate(Knower(answers, silent=True), BYTE,
+                            ruler.Results(str(tmp_path / 'b.jsonl')), tasks, lengths, 2, 42, data,
+                            say=said.append)
+    assert (silent['average'] == {1024: 0.0, 2048: 0.0}
+            and silent['nulls']['fwe'] == {1024: 2, 2048: 2})
     no_qa = ruler.Data(squad='', say=said.append)
     no_qa._cache['squad'] = None  # as if offline
-    r = ruler.evaluate(Knower(answers), BYTE, ruler.Results(str(tmp_path / 'c.jsonl')), ['qa_1', 'niah_single_1'],
-                            [2048], 1, 42, no_qa, say=said.append)
+    r = ruler.evaluate(Knower(answers), BYTE, ruler.Results(str(tmp_path / 'c.jsonl')),
+                       ['qa_1', 'niah_single_1'], [2048], 1, 42, no_qa, say=said.append)
     assert 'qa_1' in r['skipped'] and 'qa_1' not in r['scores'] and r['tasks_averaged'] == {2048: 1}
-    with pytest.raises(SystemExit, match='no task fits any of the lengths'):  # said before any sample runs
-        ruler.evaluate(None, BYTE, ruler.Results(str(tmp_path / 'd.jsonl')), ['vt', 'cwe'], [1024], 1, 42, data,
-                            say=said.append)
+    # said before any sample runs
+    with pytest.raises(SystemExit, match='no task fits any of the lengths'):
+        ruler.evaluate(None, BYTE, ruler.Results(str(tmp_path / 'd.jsonl')), ['vt', 'cwe'], [1024],
+                       1, 42, data, say=said.append)
 
 
 def test_each_task_has_rulers_metric():
-    """QA counts a sample right when any reference is in the answer; the others, the fraction found."""
+    """QA counts a sample right when any reference is in the answer; the others, the fraction
+    found."""
     assert ruler.metric('qa_2')("It is north.", ['north', 'to the north']) == 1.0
     for task in ruler.TASKS:
         if not task.startswith('qa'):
@@ -202,13 +225,18 @@ def test_vt_context_is_rulers_layout(data):
     lines = context.split('\n')
     links = [line for line in lines if line.startswith('VAR ')]
     assert lines.count(ruler.NOISE) == 6 and len(links) == 5 and len(lines) == 11
-    assert links[0] == f"VAR {answers[0]} = {links[0].split(' = ')[1]}" and links[0].split(' = ')[1].isdigit()
+    assert (links[0] == f"VAR {answers[0]} = {links[0].split(' = ')[1]}"
+            and links[0].split(' = ')[1].isdigit())
     assert links[1:] == [f"VAR {b} = VAR {a} " for a, b in zip(answers, answers[1:])]
-    noise, link = 'The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.', links[1]
-    expected = '\n'.join(noise if line == ruler.NOISE else line for line in lines)  # RULER's "\n".join(sentences)
+    noise, link = ('The grass is green. The sky is blue. The sun is yellow. Here we go. '
+                   'There and back again.', links[1])
+    # RULER's "\n".join(sentences)
+    expected = '\n'.join(noise if line == ruler.NOISE else line for line in lines)
     assert context == expected
-    assert f"again.\n{link}\n" in context or context.endswith(link) or context.startswith(link)  # no space around a line
-    assert ' \nThe grass' in context or f"{links[-1]}" == lines[-1]  # a link's own trailing space, nothing added
+    # no space around a line
+    assert f"again.\n{link}\n" in context or context.endswith(link) or context.startswith(link)
+    # a link's own trailing space, nothing added
+    assert ' \nThe grass' in context or f"{links[-1]}" == lines[-1]
 
 
 def test_vt_one_shot_example_is_rulers(data):
@@ -218,34 +246,44 @@ def test_vt_one_shot_example_is_rulers(data):
     names = example.split('they are: ')[1].split()
     solved = ' ' + ' '.join(names) + '\n'
     assert example.endswith(solved)
-    assert 470 < len(GPT2.encode(example.removesuffix(solved))) <= 500  # 500 - 30 to generate would be <= 470
+    # 500 - 30 to generate would be <= 470
+    assert 470 < len(GPT2.encode(example.removesuffix(solved))) <= 500
     assert '= 12345\n' in example and example.count('\n\n') == 1
     assert len(names) == 5 and all(len(n) == 3 and n.isupper() for n in names)
-    first, second = (ruler.prompt('vt', GPT2, 4096, f'x{i}', 42, data, sizes := {})[0] for i in range(2))
+    first, second = (ruler.prompt('vt', GPT2, 4096, f'x{i}', 42, data, sizes := {})[0]
+                     for i in range(2))
     shot = [t.split('\n\nMemorize and track')[0] for t in (first, second)]
-    names = [set(re.findall(r'\b[A-Z]{3}\b', t.replace('VAR', ''))) for t in (sizes['vt_icl'], *shot)]
-    assert len({frozenset(n) for n in names}) == 3 and '12345' not in shot[0]  # renamed and revalued per sample
+    names = [set(re.findall(r'\b[A-Z]{3}\b', t.replace('VAR', '')))
+             for t in (sizes['vt_icl'], *shot)]
+    # renamed and revalued per sample
+    assert len({frozenset(n) for n in names}) == 3 and '12345' not in shot[0]
     strip = lambda t: re.sub(r'\b[A-Z]{3}\b|\d{5}', '#', t.replace('VAR', 'var'))  # noqa: E731
     assert strip(shot[0]) == strip(shot[1])  # the same example otherwise (RULER's randomize_icl)
     assert shot[0].count('\n') == strip(sizes['vt_icl']).count('\n') - 1
 
 
-@pytest.mark.parametrize('task,tok,length,unit', [('niah_multikey_1', BYTE, 8192, 500), ('niah_single_1', GPT2, 4096, 25),
-                                                  ('niah_single_1', GPT2, 2048, 5), ('vt', GPT2, 4096, 10),
-                                                  ('vt', GPT2, 2048, 5), ('qa_1', BYTE, 4096, 10), ('cwe', GPT2, 8192, 10)])
-def test_an_overflowing_sample_shrinks_by_rulers_step(task, tok, length, unit, data, tmp_path, monkeypatch):
+@pytest.mark.parametrize('task,tok,length,unit', [
+    ('niah_multikey_1', BYTE, 8192, 500), ('niah_single_1', GPT2, 4096, 25),
+    ('niah_single_1', GPT2, 2048, 5), ('vt', GPT2, 4096, 10), ('vt', GPT2, 2048, 5),
+    ('qa_1', BYTE, 4096, 10), ('cwe', GPT2, 8192, 10)])
+def test_an_overflowing_sample_shrinks_by_rulers_step(task, tok, length, unit, data, tmp_path,
+                                                      monkeypatch):
     """niah.py drops 500 essay words or 25 lines (5 below 4K), variable_tracking.py 10 noise lines
     (5 below 4K), common_words_extraction.py 10 words, qa.py 10 documents, until the sample fits
     (here the fitted size is made two steps too large, so that the sample overflows)."""
     if task == 'qa_1':  # enough documents to overflow 4K bytes
-        squad = {'data': [{'title': f'a{a}', 'paragraphs': [{'context': f"Paragraph {a}.{p} " + 'text ' * 20, 'qas': [
-            {'question': f"Q{a}{p}?", 'answers': [{'text': 'text'}], 'is_impossible': False}]} for p in range(3)]}
+        squad = {'data': [{'title': f'a{a}', 'paragraphs': [
+            {'context': f"Paragraph {a}.{p} " + 'text ' * 20,
+             'qas': [{'question': f"Q{a}{p}?", 'answers': [{'text': 'text'}],
+                      'is_impossible': False}]}
+            for p in range(3)]}
             for a in range(40)]}
         (tmp_path / 'squad.json').write_text(json.dumps(squad))
         data = ruler.Data(squad=str(tmp_path / 'squad.json'), say=lambda *a: None)
     kind = ruler.TASKS[task][0]
     asked, make = [], ruler.KINDS[kind].generator
-    record = ruler.KINDS[kind]._replace(generator=lambda n, *a, **kw: (asked.append(n), make(n, *a, **kw))[1])
+    record = ruler.KINDS[kind]._replace(
+        generator=lambda n, *a, **kw: (asked.append(n), make(n, *a, **kw))[1])
     monkeypatch.setitem(ruler.KINDS, kind, record)
     sizes = {}
     ruler.prompt(task, tok, length, 'fit', 42, data, sizes)
@@ -272,7 +310,8 @@ def test_fwe_is_sized_on_rulers_grid(data):
 
 
 def test_cwe_beyond_wonderwords_draws_rulers_english_words(tmp_path):
-    """common_words_extraction.py: more words than wonderwords has come from its english_words.json."""
+    """common_words_extraction.py: more words than wonderwords has come from its
+    english_words.json."""
     (tmp_path / 'words.json').write_text(json.dumps({str(i): f"word{i}x" for i in range(12000)}))
     data = ruler.Data(english_words=str(tmp_path / 'words.json'), say=lambda *a: None)
     n = len(set(data.words['noun'] + data.words['adjective'] + data.words['verb']))
@@ -286,24 +325,29 @@ def test_cwe_beyond_wonderwords_draws_rulers_english_words(tmp_path):
 def test_the_essay_is_rulers_text_and_a_stand_in_says_so(tmp_path):
     """RULER splits PaulGrahamEssays.json's text as re.sub(r'\\s+', ' ', text).split(' '); without
     it the haystack is Shakespeare's, and evaluate() says which tasks ran on it."""
-    (tmp_path / 'essays.json').write_text(json.dumps({'text': '\nFirst essay.\n\nIt ends.Second  essay\tstarts.\n'}))
-    assert ruler.Data(essay=str(tmp_path / 'essays.json')).essay == ['', 'First', 'essay.', 'It', 'ends.Second', 'essay',
-                                                                     'starts.', '']
+    (tmp_path / 'essays.json').write_text(
+        json.dumps({'text': '\nFirst essay.\n\nIt ends.Second  essay\tstarts.\n'}))
+    assert ruler.Data(essay=str(tmp_path / 'essays.json')).essay == [
+        '', 'First', 'essay.', 'It', 'ends.Second', 'essay', 'starts.', '']
     said = []
     stand_in = ruler.Data(essay=str(tmp_path / 'none.json'), say=said.append)
     r = ruler.evaluate(Knower({}, silent=True), BYTE, ruler.Results(str(tmp_path / 'r.jsonl')),
-                            ['niah_single_1', 'niah_single_2'], [4096], 1, 42, stand_in, say=said.append)
-    assert list(r['stand_in_haystack']) == ['niah_single_2'] and "Shakespeare" in r['stand_in_haystack']['niah_single_2']
+                       ['niah_single_1', 'niah_single_2'], [4096], 1, 42, stand_in,
+                       say=said.append)
+    assert (list(r['stand_in_haystack']) == ['niah_single_2']
+            and "Shakespeare" in r['stand_in_haystack']['niah_single_2'])
     assert any('not Paul Graham' in s for s in said)
 
 
 def test_the_prompt_gets_the_tokenizers_bos_as_in_rulers_wrapper(tmp_path):
     """RULER's Hugging Face wrapper calls tokenizer(prompt), which adds the special tokens of the
-    tokenizer's post-processor (a BOS for tokenizers that use one); its sizing does not count them."""
+    tokenizer's post-processor (a BOS for tokenizers that use one); its sizing does not count
+    them."""
     from tokenizers import Tokenizer as HF, models, pre_tokenizers, processors
     hf = HF(models.WordLevel({'<bos>': 0, '<|endoftext|>': 1, 'a': 2, 'b': 3}, unk_token='a'))
     hf.pre_tokenizer = pre_tokenizers.Whitespace()
-    hf.post_processor = processors.TemplateProcessing(single='<bos> $A', special_tokens=[('<bos>', 0)])
+    hf.post_processor = processors.TemplateProcessing(single='<bos> $A',
+                                                      special_tokens=[('<bos>', 0)])
     hf.save(str(tmp_path / 'tokenizer.json'))
     tok = Tokenizer({'kind': 'hf', 'path': str(tmp_path / 'tokenizer.json')})
     assert tok.encode('a b') == [2, 3] and tok.encode_prompt('a b') == [0, 2, 3]
@@ -357,11 +401,13 @@ def test_the_short_niah_is_niah_single_1_in_fewer_bytes(data):
     sizes, depths = {}, set()
     for L in (256, 512, 1024, 4096):
         for i in range(8):
-            text, answers = ruler.prompt('niah_single_1_short', BYTE, L, f'short/{i}', 42, data, sizes)
+            text, answers = ruler.prompt('niah_single_1_short', BYTE, L, f'short/{i}', 42, data,
+                                         sizes)
             assert 0.6 * L < len(BYTE.encode(text)) + 16 <= L
             lines = text.split('\n')
             key = re.fullmatch(r'The magic number for (.+) is', lines[-1])[1]
-            needles = [n for n, line in enumerate(lines) if line.startswith('The magic number')][:-1]
+            needles = [n for n, line in enumerate(lines)
+                       if line.startswith('The magic number')][:-1]
             assert len(needles) == 1 and lines[0] == 'Remember the magic number.'
             assert lines[needles[0]] == f'The magic number for {key} is {answers[0]}.'
             assert set(lines[1:-1]) - {lines[needles[0]]} <= set(ruler.sentences(ruler.NOISE))
@@ -375,31 +421,46 @@ def test_prompts_are_unchanged(tmp_path):
     redrawn smaller by the task's step); niah_single_1/2 at three depths; and cwe with too few words
     for 2K, and its notice. The data is made here: an essay, word lists, and QA sets that hold more
     documents than 1K (qa_1) or fewer (qa_2)."""
-    essay = ' '.join(f"Essay sentence {i} says that the {w} is {c}. " + ("\n\n" if i % 7 == 6 else "")
-                     for i, (w, c) in enumerate(zip(['river', 'hill', 'town', 'field', 'tree'] * 40,
-                                                    ['green', 'blue', 'old', 'wide', 'tall', 'quiet'] * 40)))
+    essay = ' '.join(f"Essay sentence {i} says that the {w} is {c}. "
+                     + ("\n\n" if i % 7 == 6 else "")
+                     for i, (w, c) in enumerate(zip(
+                         ['river', 'hill', 'town', 'field', 'tree'] * 40,
+                         ['green', 'blue', 'old', 'wide', 'tall', 'quiet'] * 40)))
     for name, obj in (('squad', squad(30)), ('hotpot', hotpot(40)), ('essays', {'text': essay})):
         (tmp_path / f'{name}.json').write_text(json.dumps(obj))
     data = ruler.Data(essay=str(tmp_path / 'essays.json'), squad=str(tmp_path / 'squad.json'),
-                      hotpotqa=str(tmp_path / 'hotpot.json'), english_words=str(tmp_path / 'none.json'), say=lambda *a: None)
-    data._cache['words'] = {k: [f"{k[:3]}{i}" for i in range(300)] for k in ('adjective', 'noun', 'verb')}
+                      hotpotqa=str(tmp_path / 'hotpot.json'),
+                      english_words=str(tmp_path / 'none.json'), say=lambda *a: None)
+    data._cache['words'] = {k: [f"{k[:3]}{i}" for i in range(300)]
+                            for k in ('adjective', 'noun', 'verb')}
 
     def samples(task, length, seed, depths=()):
         sizes = {}
         if depths:
-            return [ruler.prompt(task, Words(), length, f'{task}/{length}/d{d}', seed, data, sizes, depth=d) for d in depths]
-        out = [ruler.prompt(task, Words(), length, f'{task}/{length}/{i}', seed, data, sizes, index=i) for i in range(2)]
+            return [ruler.prompt(task, Words(), length, f'{task}/{length}/d{d}', seed, data, sizes,
+                                 depth=d)
+                    for d in depths]
+        out = [ruler.prompt(task, Words(), length, f'{task}/{length}/{i}', seed, data, sizes,
+                            index=i)
+               for i in range(2)]
         for key in sizes:  # the fitted size, (task, length) (vt's example is the other entry)
             if isinstance(key, tuple):
                 sizes[key] = sizes[key] * 3 // 2
-        return out + [ruler.prompt(task, Words(), length, f'{task}/{length}/2', seed, data, sizes, index=2)]
+        return out + [ruler.prompt(task, Words(), length, f'{task}/{length}/2', seed, data, sizes,
+                                   index=2)]
 
-    made = {task: [samples(task, L, s) for L in (1024, 2048) for s in (1, 2, 42)] for task in ruler.SUBSETS['paper']}
-    made.update({f'{t}/depth': [samples(t, 1024, 42, depths=(0, 37, 100))] for t in ('niah_single_1', 'niah_single_2')})
+    made = {task: [samples(task, L, s) for L in (1024, 2048) for s in (1, 2, 42)]
+            for task in ruler.SUBSETS['paper']}
+    made.update({f'{t}/depth': [samples(t, 1024, 42, depths=(0, 37, 100))]
+                 for t in ('niah_single_1', 'niah_single_2')})
     said = []  # no English word list, and 120 words: all of them, and a notice
-    few = ruler.Data(essay=str(tmp_path / 'essays.json'), english_words=str(tmp_path / 'none.json'), say=said.append)
-    few._cache['words'] = {k: [f"{k[:3]}{i}" for i in range(40)] for k in ('adjective', 'noun', 'verb')}
+    few = ruler.Data(essay=str(tmp_path / 'essays.json'), english_words=str(tmp_path / 'none.json'),
+                     say=said.append)
+    few._cache['words'] = {k: [f"{k[:3]}{i}" for i in range(40)]
+                           for k in ('adjective', 'noun', 'verb')}
     sizes = {}
-    made['cwe/limit'] = [[[ruler.prompt('cwe', Words(), 2048, f'cwe/{i}', 42, few, sizes) for i in range(2)], said]]
-    digest = lambda runs: hashlib.sha256('\n'.join(map(json.dumps, runs)).encode()).hexdigest()  # noqa: E731
+    made['cwe/limit'] = [[[ruler.prompt('cwe', Words(), 2048, f'cwe/{i}', 42, few, sizes)
+                           for i in range(2)], said]]
+    digest = lambda runs: hashlib.sha256(  # noqa: E731
+        '\n'.join(map(json.dumps, runs)).encode()).hexdigest()
     assert {t: digest(runs) for t, runs in made.items()} == PROMPTS_SHA256

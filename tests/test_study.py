@@ -25,12 +25,14 @@ def long_data(tmp_path_factory):
 
 
 def run_study(out, *args):
-    return subprocess.run([sys.executable, '-m', 'tools.study', f'--out={out}', '--tiny=True', '--seeds=[1, 2]', *args],
+    return subprocess.run([sys.executable, '-m', 'tools.study', f'--out={out}', '--tiny=True',
+                           '--seeds=[1, 2]', *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=900)
 
 
 def first_crossing(steps, x):
-    """The reference's 8-16x CE where its in-distribution CE first reaches x, written out with numpy."""
+    """The reference's 8-16x CE where its in-distribution CE first reaches x, written out with
+    numpy."""
     xs = np.array([m['bands']['in'] for m in steps.values()])
     ys = np.array([m['bands']['8-16x'] for m in steps.values()])
     for i in range(len(xs) - 1):
@@ -48,9 +50,10 @@ def test_study_trains_evaluates_and_summarises(tmp_path, long_data):
     d = os.path.join(out, 'needle_nope', 'vpad', 's1')
     r = subprocess.run([sys.executable, 'train.py', 'configs/needle.py', '--eval_interval=100000',
                         '--task_eval_samples=20', '--ckpt_interval=20', '--spike_threshold=0',
-                        '--pos_encoding=nope', '--weight_decay=0.0', '--dropout_type=vpad', '--dropout=0.1',
-                        '--n_layer=2', '--n_embd=32', '--n_head=2', '--max_tokens=40960', '--ckpt_interval=2',
-                        '--eval_iters=2', '--task_eval_samples=4', '--halt_at=4', '--seed=1', f'--out_dir={d}',
+                        '--pos_encoding=nope', '--weight_decay=0.0', '--dropout_type=vpad',
+                        '--dropout=0.1', '--n_layer=2', '--n_embd=32', '--n_head=2',
+                        '--max_tokens=40960', '--ckpt_interval=2', '--eval_iters=2',
+                        '--task_eval_samples=4', '--halt_at=4', '--seed=1', f'--out_dir={d}',
                         '--device=cpu'], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]
     r = run_study(out, f'--data_dir={long_data}', PARTS, "--variants=['no_wd', 'pl_d', 'vpad']")
@@ -68,56 +71,76 @@ def test_study_trains_evaluates_and_summarises(tmp_path, long_data):
     assert results['minutes']['lm_sw']['pl_d'][1][0] == pytest.approx(train, abs=0.005)
     assert all(t >= 0 and e >= 0 for runs in results['minutes']['lm_sw'].values() for t, e in runs)
     assert '| lm_sw / PL-D | ' in open(os.path.join(out, 'summary.md')).read()
-    evals = {v: [json.load(open(os.path.join(out, 'lm_sw', v, f's{s}', 'eval.json'))) for s in (1, 2)] for v in P['lm_sw']}
+    evals = {v: [json.load(open(os.path.join(out, 'lm_sw', v, f's{s}', 'eval.json')))
+                 for s in (1, 2)]
+             for v in P['lm_sw']}
     e = evals['vpad'][0]
-    # checkpoints along training (20 steps, one every 2): at least 6, the last the final, denser in the anneal
+    # checkpoints along training (20 steps, one every 2): at least 6, the last the final, denser in
+    # the anneal
     steps = [int(s) for s in e['steps']]
-    assert steps == sorted(steps) and len(steps) >= 6 and steps[-1] == e['final'] == 20 and e['stable_end'] == 16
+    assert (steps == sorted(steps) and len(steps) >= 6 and steps[-1] == e['final'] == 20
+            and e['stable_end'] == 16)
     assert sum(s > 16 for s in steps) >= 2 and sum(s <= 8 for s in steps) <= 3
-    # the means and stds are those of the runs' own evaluations, at every checkpoint (results.json: 5 decimals)
+    # the means and stds are those of the runs' own evaluations, at every checkpoint (results.json:
+    # 5 decimals)
     for s in e['steps']:
         band = P['lm_sw']['vpad']['steps'][s]['bands']['8-16x']
-        assert band['seeds'] == pytest.approx([x['steps'][s]['bands']['8-16x'] for x in evals['vpad']], abs=6e-6)
-        assert band['mean'] == pytest.approx(mean(band['seeds']), abs=1e-5) and band['std'] > 0  # two different models
+        assert band['seeds'] == pytest.approx(
+            [x['steps'][s]['bands']['8-16x'] for x in evals['vpad']], abs=6e-6)
+        # two different models
+        assert band['mean'] == pytest.approx(mean(band['seeds']), abs=1e-5) and band['std'] > 0
         rise = P['lm_sw']['vpad']['steps'][s]['rise']['8-16x']['seeds']
-        assert rise == pytest.approx([x['steps'][s]['bands']['8-16x'] - x['steps'][s]['bands']['in'] for x in evals['vpad']],
-                                     abs=6e-6)
+        assert rise == pytest.approx(
+            [x['steps'][s]['bands']['8-16x'] - x['steps'][s]['bands']['in'] for x in evals['vpad']],
+            abs=6e-6)
     m = e['steps']['20']
-    assert len(m['curve']) == 128 and len(m['entropy_curve']) == 4 and len(m['entropy_curve'][0]) == 128
+    assert (len(m['curve']) == 128 and len(m['entropy_curve']) == 4
+            and len(m['entropy_curve'][0]) == 128)
     assert all(0 <= h <= np.log(64 * 16) for layer in m['entropy_curve'] for h in layer)
-    assert e['avg_anneal']['bands'] != m['bands'] and e['avg_stable']['bands'] != e['steps']['16']['bands']
-    assert len(e['probe']['rel_err']) == 4 and len(e['probe']['r']) == 4 and 'probe' not in evals['no_wd'][0]
+    assert (e['avg_anneal']['bands'] != m['bands']
+            and e['avg_stable']['bands'] != e['steps']['16']['bands'])
+    assert (len(e['probe']['rel_err']) == 4 and len(e['probe']['r']) == 4
+            and 'probe' not in evals['no_wd'][0])
     # matched fit: the reference's CE at the other run's final in-distribution CE, seed by seed
     for a, b in (('no_wd', 'pl_d'), ('no_wd', 'vpad'), ('pl_d', 'vpad')):
-        want = [first_crossing(ea['steps'], eb['steps']['20']['bands']['in']) for ea, eb in zip(evals[a], evals[b])]
+        want = [first_crossing(ea['steps'], eb['steps']['20']['bands']['in'])
+                for ea, eb in zip(evals[a], evals[b])]
         got = results['matched']['lm_sw'][f'{a}|{b}']
         if None in want:
             assert '8-16x' not in got
         else:
             assert np.allclose(got['8-16x']['seeds'], want, atol=6e-6, rtol=0)
     acc = P['needle_nope']['pl_d']['steps']['20']['accuracy']
-    assert list(acc) == ['64', '128', '256', '512', '1024'] and all(0 <= a['mean'] <= 1 for a in acc.values())
+    assert (list(acc) == ['64', '128', '256', '512', '1024']
+            and all(0 <= a['mean'] <= 1 for a in acc.values()))
     assert 'avg_anneal' in P['needle_nope']['pl_d'] and 'probe' not in P['needle_nope']['pl_d']
-    curve = P['lm_sw']['vpad']['steps']['20']['entropy_curve'][0]  # a curve: mean and std lists, at the end only
-    assert set(curve) == {'mean', 'std'} and len(curve['mean']) == 128 and 'entropy_curve' not in P['lm_sw']['vpad']['steps']['2']
+    # a curve: mean and std lists, at the end only
+    curve = P['lm_sw']['vpad']['steps']['20']['entropy_curve'][0]
+    assert (set(curve) == {'mean', 'std'} and len(curve['mean']) == 128
+            and 'entropy_curve' not in P['lm_sw']['vpad']['steps']['2'])
     # the claims: numbers from the JSON, raw and matched verdicts, the probe, averaging
     summary = open(os.path.join(out, 'summary.md')).read()
-    x, y = P['lm_sw']['no_wd']['steps']['20']['bands']['8-16x'], P['lm_sw']['vpad']['steps']['20']['bands']['8-16x']
-    assert (f"| dropout helps extrapolation: VPAD better than no-WD | lm_sw, CE 8-16x | Table 11: VPAD >> WD | "
-            f"no-WD {x['mean']:.3f} ± {x['std']:.3f} | VPAD {y['mean']:.3f} ± {y['std']:.3f} |") in summary
+    x, y = (P['lm_sw']['no_wd']['steps']['20']['bands']['8-16x'],
+            P['lm_sw']['vpad']['steps']['20']['bands']['8-16x'])
+    assert (f"| dropout helps extrapolation: VPAD better than no-WD | lm_sw, CE 8-16x | "
+            f"Table 11: VPAD >> WD | no-WD {x['mean']:.3f} ± {x['std']:.3f} | "
+            f"VPAD {y['mean']:.3f} ± {y['std']:.3f} |") in summary
     # the claims (lm_sw; the needle's two measures), then each against every baseline: on lm_sw the
     # final checkpoint, the matched fit and two averages; on the needle the final and two averages
     assert summary.count('VPAD beats pre-linear dropout') == 3 + 4 + 2 * 3
     assert summary.count('| VPAD reduces the pre-activation variance mismatch') == 2
-    assert summary.count('checkpoint averaging helps') == 8 and 'WD over-fits' not in summary  # no WD runs, no WD row
+    # no WD runs, no WD row
+    assert summary.count('checkpoint averaging helps') == 8 and 'WD over-fits' not in summary
     for fig in ('fig1_lm_sw.png', 'frontier.png', 'entropy.png', 'probe.png', 'tasks.png'):
         assert os.path.getsize(os.path.join(out, fig)) > 10_000
-    # a rerun trains nothing; given made-up evaluations, the matched fit is the interpolation written out
+    # a rerun trains nothing; given made-up evaluations, the matched fit is the interpolation
+    # written out
     for s in (1, 2):
         for v, final_in in (('no_wd', None), ('pl_d', 2.65), ('vpad', 1.0)):
             path = os.path.join(out, 'lm_sw', v, f's{s}', 'eval.json')
             e = json.load(open(path))
-            for i, m in enumerate(e['steps'].values()):  # no-WD: CE in falls 3.0, 2.9, ..., CE 8-16x rises 4.0, 4.2, ...
+            # no-WD: CE in falls 3.0, 2.9, ..., CE 8-16x rises 4.0, 4.2, ...
+            for i, m in enumerate(e['steps'].values()):
                 m['bands']['in'], m['bands']['8-16x'] = 3.0 - 0.1 * i, 4.0 + 0.2 * i
             if final_in:
                 e['steps']['20']['bands']['in'] = final_in
@@ -127,30 +150,37 @@ def test_study_trains_evaluates_and_summarises(tmp_path, long_data):
     r = run_study(out, f'--data_dir={long_data}', PARTS, "--variants=['no_wd', 'pl_d', 'vpad']")
     assert r.returncode == 0 and '12 done; 0 to go' in r.stdout
     matched = json.load(open(os.path.join(out, 'results.json')))['matched']['lm_sw']
-    assert matched['no_wd|pl_d']['8-16x']['seeds'] == pytest.approx([4.7, 4.7])  # between 2.7 -> 4.6 and 2.6 -> 4.8
+    # between 2.7 -> 4.6 and 2.6 -> 4.8
+    assert matched['no_wd|pl_d']['8-16x']['seeds'] == pytest.approx([4.7, 4.7])
     assert '8-16x' not in matched['no_wd|vpad']  # no-WD never had CE 1.0 in distribution
     summary = open(os.path.join(out, 'summary.md')).read()
     assert 'no-WD never had VPAD' in summary
     # paired, PL-D's gain holds (by seed it is the same 0.1; by mean and std, 6.25 ± 0.35 against
     # 6.15 ± 0.35, it is well within the spread); the premise holds too: no-WD's CE rises beyond 1x
-    claim = '| dropout helps extrapolation: PL-D better than no-WD | lm_sw, CE 8-16x | Table 11: PL-D >> WD |'
-    assert (f"{claim} no-WD 6.250 ± 0.354 | PL-D 6.150 ± 0.354 | +0.100 +0.100 | +0.100 [+0.100, +0.100] | "
-            f"holds (every seed better) |") in summary
-    assert f"{claim} holds (every seed better): +0.100 [+0.100, +0.100] |" in summary  # the claims, first
+    claim = ('| dropout helps extrapolation: PL-D better than no-WD | lm_sw, CE 8-16x | '
+             'Table 11: PL-D >> WD |')
+    assert (f"{claim} no-WD 6.250 ± 0.354 | PL-D 6.150 ± 0.354 | +0.100 +0.100 | "
+            f"+0.100 [+0.100, +0.100] | holds (every seed better) |") in summary
+    # the claims, first
+    assert f"{claim} holds (every seed better): +0.100 [+0.100, +0.100] |" in summary
 
 
 def test_paired_verdict():
-    """tools/verdict.py against scipy: Student's t quantiles, the interval, and the three verdicts."""
+    """tools/verdict.py against scipy: Student's t quantiles, the interval, and the three
+    verdicts."""
     scipy_stats = pytest.importorskip('scipy.stats')
     from tools.verdict import T975, paired
     assert all(abs(T975[df] - scipy_stats.t.ppf(0.975, df)) < 1e-3 for df in T975)
-    a, b = [3.0, 4.0, 5.0, 3.5], [2.9, 3.95, 4.85, 3.4]  # seeds far apart; b lower in each by 0.05-0.15
+    # seeds far apart; b lower in each by 0.05-0.15
+    a, b = [3.0, 4.0, 5.0, 3.5], [2.9, 3.95, 4.85, 3.4]
     r = paired(a, b, lower_is_better=True)
     d = np.subtract(a, b)
     lo, hi = scipy_stats.t.interval(0.95, len(d) - 1, loc=d.mean(), scale=scipy_stats.sem(d))
-    assert r['diffs'] == pytest.approx(d) and (r['lo'], r['hi']) == pytest.approx((lo, hi), abs=1e-3)
+    assert (r['diffs'] == pytest.approx(d)
+            and (r['lo'], r['hi']) == pytest.approx((lo, hi), abs=1e-3))
     assert r['verdict'] == 'holds' and r['every_seed'] and lo > 0
-    assert paired(a, b, lower_is_better=False)['verdict'] == 'reversed'  # accuracy: higher is better
+    # accuracy: higher is better
+    assert paired(a, b, lower_is_better=False)['verdict'] == 'reversed'
     r = paired([1.0, 2.0, 3.0], [0.9, 2.1, 2.8], lower_is_better=True)  # +0.1, -0.1, +0.2
     assert r['verdict'] == 'does not hold' and not r['every_seed']
     assert paired([1.0], [0.5], True)['verdict'] == 'no verdict (one seed)'
@@ -163,27 +193,35 @@ def test_study_mamba_parts(tmp_path, long_data):
     entropy of; the variance probe on its in_proj and out_proj), and the Copy task scored at its
     source lengths, its claims made from the accuracy beyond the longest training source."""
     out = str(tmp_path / 'study')
-    r = run_study(out, f'--data_dir={long_data}', "--parts=['lm_mamba', 'copy_mamba']", "--variants=['no_wd', 'pl_d']",
-                  '--seeds=[1]')
+    r = run_study(out, f'--data_dir={long_data}', "--parts=['lm_mamba', 'copy_mamba']",
+                  "--variants=['no_wd', 'pl_d']", '--seeds=[1]')
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert '4 runs' in r.stdout
     e = json.load(open(os.path.join(out, 'lm_mamba', 'pl_d', 's1', 'eval.json')))
     m = e['steps'][str(e['final'])]
     assert len(m['curve']) == 128 and 'entropy_curve' not in m and 'entropy_bands' not in m
     assert len(e['probe']['rel_err']) == 4  # 4 layers
-    assert 'mamba2: ' in open(os.path.join(out, 'lm_mamba', 'pl_d', 's1', 'train.log')).read()  # train.py's model line
+    # train.py's model line
+    assert 'mamba2: ' in open(os.path.join(out, 'lm_mamba', 'pl_d', 's1', 'train.log')).read()
     P = json.load(open(os.path.join(out, 'results.json')))['parts']
-    acc = P['copy_mamba']['pl_d']['steps'][str(int(P['copy_mamba']['pl_d']['final']['mean']))]['accuracy']
+    final = lambda v: P['copy_mamba'][v]['steps'][  # noqa: E731
+        str(int(P['copy_mamba'][v]['final']['mean']))]
+    acc = final('pl_d')['accuracy']
     assert list(acc) == ['10', '12', '14', '16', '20', '40', '80', '160']
-    beyond = P['copy_mamba']['no_wd']['steps'][str(int(P['copy_mamba']['no_wd']['final']['mean']))]['beyond']['seeds']
-    finals = [json.load(open(os.path.join(out, 'copy_mamba', 'no_wd', f's{s}', 'eval.json'))) for s in (1,)]
-    assert beyond == pytest.approx([mean(a for L, a in f['steps'][str(f['final'])]['accuracy'].items() if int(L) > 10)
-                                    for f in finals], abs=6e-6)
+    beyond = final('no_wd')['beyond']['seeds']
+    finals = [json.load(open(os.path.join(out, 'copy_mamba', 'no_wd', f's{s}', 'eval.json')))
+              for s in (1,)]
+    assert beyond == pytest.approx(
+        [mean(a for L, a in f['steps'][str(f['final'])]['accuracy'].items() if int(L) > 10)
+         for f in finals], abs=6e-6)
     summary = open(os.path.join(out, 'summary.md')).read()
-    assert '| dropout helps extrapolation: PL-D better than no-WD | copy_mamba, accuracy beyond 1x |' in summary
-    assert '| dropout helps extrapolation: PL-D better than no-WD | copy_mamba, token accuracy beyond 1x |' in summary
-    token = P['copy_mamba']['pl_d']['steps'][str(int(P['copy_mamba']['pl_d']['final']['mean']))]['token_beyond']['mean']
-    assert f"PL-D {token:.3f} ±" in summary and 'fraction of right answer tokens by length' in summary
+    assert ('| dropout helps extrapolation: PL-D better than no-WD | copy_mamba, '
+            'accuracy beyond 1x |') in summary
+    assert ('| dropout helps extrapolation: PL-D better than no-WD | copy_mamba, '
+            'token accuracy beyond 1x |') in summary
+    token = final('pl_d')['token_beyond']['mean']
+    assert (f"PL-D {token:.3f} ±" in summary
+            and 'fraction of right answer tokens by length' in summary)
     assert '| dropout helps extrapolation: PL-D better than no-WD | lm_mamba, CE 8-16x |' in summary
     for fig in ('fig1_lm_mamba.png', 'frontier.png', 'probe.png', 'tasks.png'):
         assert os.path.getsize(os.path.join(out, fig)) > 10_000
@@ -195,29 +233,39 @@ def test_study_continued_pretraining(tmp_path, long_data):
     checkpoints measured with the windows; each CPT variant continues phase 1's final weights with
     the windows on, a constant learning rate, and averages of its last 10 / 20 / 30 checkpoints."""
     out = str(tmp_path / 'study')
-    r = run_study(out, f'--data_dir={long_data}', "--parts=['cpt_sw']", "--variants=['sw', 'no_wd', 'pl_d']",
-                  '--seeds=[1]')
+    r = run_study(out, f'--data_dir={long_data}', "--parts=['cpt_sw']",
+                  "--variants=['sw', 'no_wd', 'pl_d']", '--seeds=[1]')
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert '4 runs' in r.stdout  # phase 1 is kept when --variants leaves it out
     run = lambda v, s=1: os.path.join(out, 'cpt_sw', v, f's{s}')  # noqa: E731
-    orig, sw, pl_d = (json.load(open(os.path.join(run(v), 'eval.json'))) for v in ('orig', 'sw', 'pl_d'))
+    orig, sw, pl_d = (json.load(open(os.path.join(run(v), 'eval.json')))
+                      for v in ('orig', 'sw', 'pl_d'))
     log = open(os.path.join(run('pl_d'), 'train.log')).read()
-    assert f"continued pre-training from {os.path.join(run('orig'), 'ckpt_000020.pt')} (step 20)" in log
+    assert (f"continued pre-training from {os.path.join(run('orig'), 'ckpt_000020.pt')} (step 20)"
+            in log)
     cfg = torch.load(os.path.join(run('pl_d'), 'ckpt_000020.pt'), weights_only=True)['config']
-    assert cfg['window'] == [32, 32, 32, 0] and cfg['pos_encoding'] == ['rope', 'rope', 'rope', 'nope']
-    assert cfg['schedule'] == 'constant' and cfg['learning_rate'] == 2e-4 and cfg['dropout_type'] == 'pre_linear'
+    assert (cfg['window'] == [32, 32, 32, 0]
+            and cfg['pos_encoding'] == ['rope', 'rope', 'rope', 'nope'])
+    assert (cfg['schedule'] == 'constant' and cfg['learning_rate'] == 2e-4
+            and cfg['dropout_type'] == 'pre_linear')
     first = torch.load(os.path.join(run('orig'), 'ckpt_000020.pt'), weights_only=True)['config']
     assert first['window'] == 0 and first['weight_decay'] == 0.1 and first['dropout_type'] == 'none'
-    # 'sw' is phase 1's checkpoints with the windows: the same up to the window (curve points every 16
-    # positions, a moving average of 32), different after it
-    assert sw['steps'].keys() == orig['steps'].keys() and 'ckpt_000002.pt' not in os.listdir(run('sw'))
+    # 'sw' is phase 1's checkpoints with the windows: the same up to the window (curve points every
+    # 16 positions, a moving average of 32), different after it
+    assert (sw['steps'].keys() == orig['steps'].keys()
+            and 'ckpt_000002.pt' not in os.listdir(run('sw')))
     a, b = orig['steps']['20']['curve'], sw['steps']['20']['curve']
-    assert a[:2] == pytest.approx(b[:2], abs=1e-6) and all(abs(x - y) > 1e-6 for x, y in zip(a[4:], b[4:]))
-    assert {'avg_10', 'avg_20', 'avg_30'} <= set(pl_d) and 'avg_anneal' not in pl_d and 'avg_anneal' in orig
+    assert (a[:2] == pytest.approx(b[:2], abs=1e-6)
+            and all(abs(x - y) > 1e-6 for x, y in zip(a[4:], b[4:])))
+    assert ({'avg_10', 'avg_20', 'avg_30'} <= set(pl_d) and 'avg_anneal' not in pl_d
+            and 'avg_anneal' in orig)
     summary = open(os.path.join(out, 'summary.md')).read()
-    x = json.load(open(os.path.join(out, 'results.json')))['parts']['cpt_sw']['sw']['steps']['20']['bands']['8-16x']
-    assert "| windows alone: SW without CPT better than Orig. | cpt_sw, CE 8-16x | Table 1: Orig. 0.0, SW 0.0 |" in summary
-    assert f"SW, no CPT {x['mean']:.3f} ± {x['std']:.3f}" in summary and 'the last 20 of CPT | cpt_sw' in summary
+    P = json.load(open(os.path.join(out, 'results.json')))['parts']
+    x = P['cpt_sw']['sw']['steps']['20']['bands']['8-16x']
+    assert ("| windows alone: SW without CPT better than Orig. | cpt_sw, CE 8-16x | "
+            "Table 1: Orig. 0.0, SW 0.0 |") in summary
+    assert (f"SW, no CPT {x['mean']:.3f} ± {x['std']:.3f}" in summary
+            and 'the last 20 of CPT | cpt_sw' in summary)
     assert 'phase 1 (SW: its checkpoints with the windows)' in summary
     assert os.path.getsize(os.path.join(out, 'fig1_cpt_sw.png')) > 10_000
 
@@ -227,28 +275,36 @@ def test_study_methods(tmp_path, long_data):
     rope_scaling='yarn'), DroPE a CPT of no_wd's final checkpoint without positions; no_wd is kept
     because YaRN and DroPE need it, and trained in the first wave."""
     out = str(tmp_path / 'study')
-    r = run_study(out, f'--data_dir={long_data}', "--parts=['methods']", "--variants=['yarn', 'drope', 'rand']",
-                  '--seeds=[1]')
+    r = run_study(out, f'--data_dir={long_data}', "--parts=['methods']",
+                  "--variants=['yarn', 'drope', 'rand']", '--seeds=[1]')
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert '4 runs' in r.stdout
     run = lambda v, s=1: os.path.join(out, 'methods', v, f's{s}')  # noqa: E731
-    no_wd, yarn, drope = (json.load(open(os.path.join(run(v), 'eval.json'))) for v in ('no_wd', 'yarn', 'drope'))
-    assert f"continued pre-training from {os.path.join(run('no_wd'), 'ckpt_000020.pt')} (step 20)" in \
-        open(os.path.join(run('drope'), 'train.log')).read()
+    no_wd, yarn, drope = (json.load(open(os.path.join(run(v), 'eval.json')))
+                          for v in ('no_wd', 'yarn', 'drope'))
+    assert (f"continued pre-training from {os.path.join(run('no_wd'), 'ckpt_000020.pt')} (step 20)"
+            in open(os.path.join(run('drope'), 'train.log')).read())
     cfg = torch.load(os.path.join(run('drope'), 'ckpt_000020.pt'), weights_only=True)['config']
-    assert cfg['pos_encoding'] == 'nope' and cfg['schedule'] == 'constant' and cfg['weight_decay'] == 0.0
+    assert (cfg['pos_encoding'] == 'nope' and cfg['schedule'] == 'constant'
+            and cfg['weight_decay'] == 0.0)
     source = torch.load(os.path.join(run('no_wd'), 'ckpt_000020.pt'), weights_only=True)['config']
     assert source['pos_encoding'] == 'rope' and cfg['learning_rate'] == source['learning_rate'] / 10
-    assert max(glob.glob(os.path.join(run('drope'), 'ckpt_*.pt'))).endswith('ckpt_000100.pt')  # 100 steps, tiny too
-    assert torch.load(os.path.join(run('rand'), 'ckpt_000020.pt'), weights_only=True)['config']['rope_random'] == 8
+    # 100 steps, tiny too
+    assert max(glob.glob(os.path.join(run('drope'), 'ckpt_*.pt'))).endswith('ckpt_000100.pt')
+    assert torch.load(os.path.join(run('rand'), 'ckpt_000020.pt'),
+                      weights_only=True)['config']['rope_random'] == 8
     # YaRN: no_wd's checkpoints, no training of its own, every measure changed by the scaling
-    assert os.listdir(run('yarn')) == ['eval.json'] and yarn['steps'].keys() == no_wd['steps'].keys()
+    assert (os.listdir(run('yarn')) == ['eval.json']
+            and yarn['steps'].keys() == no_wd['steps'].keys())
     a, b = no_wd['steps']['20']['bands'], yarn['steps']['20']['bands']
     assert all(abs(a[k] - b[k]) > 1e-6 for k in a)
     summary = open(os.path.join(out, 'summary.md')).read()
-    x = json.load(open(os.path.join(out, 'results.json')))['parts']['methods']['yarn']['steps']['20']['bands']['8-16x']
-    assert "| YaRN helps: better than no-WD (nothing) | methods, CE 8-16x | its own paper | no-WD" in summary
-    assert f"YaRN {x['mean']:.3f} ± {x['std']:.3f}" in summary and summary.count('| DroPE |') == 3  # fit, along, final
+    P = json.load(open(os.path.join(out, 'results.json')))['parts']
+    x = P['methods']['yarn']['steps']['20']['bands']['8-16x']
+    assert ("| YaRN helps: better than no-WD (nothing) | methods, CE 8-16x | its own paper | no-WD"
+            in summary)
+    # fit, along, final
+    assert f"YaRN {x['mean']:.3f} ± {x['std']:.3f}" in summary and summary.count('| DroPE |') == 3
     assert os.path.getsize(os.path.join(out, 'fig1_methods.png')) > 10_000
     assert os.path.getsize(os.path.join(out, 'methods.png')) > 10_000
 
@@ -258,22 +314,28 @@ def test_study_methods_on_the_probes(tmp_path):
     positions (its length is fixed, so every test delay fits their table), not the offset; DroPE's
     CPT at a tenth of the task's own learning rate. Accuracy is scored at every test length."""
     out = str(tmp_path / 'study')
-    r = run_study(out, "--parts=['methods_offset', 'methods_delay']", "--variants=['learned', 'drope']", '--seeds=[1]')
+    r = run_study(out, "--parts=['methods_offset', 'methods_delay']",
+                  "--variants=['learned', 'drope']", '--seeds=[1]')
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert '5 runs' in r.stdout  # offset: no_wd, drope; delay: no_wd, drope, learned
     P = json.load(open(os.path.join(out, 'results.json')))['parts']
-    assert list(P['methods_offset']) == ['no_wd', 'drope'] and list(P['methods_delay']) == ['no_wd', 'drope', 'learned']
+    assert (list(P['methods_offset']) == ['no_wd', 'drope']
+            and list(P['methods_delay']) == ['no_wd', 'drope', 'learned'])
     for p, lengths in (('methods_offset', ['64', '128', '256', '512', '1024']),
                        ('methods_delay', ['8', '16', '32', '64', '128'])):
         assert all(list(m['accuracy']) == lengths for v in P[p] for m in P[p][v]['steps'].values())
-    last = lambda v: torch.load(max(glob.glob(os.path.join(out, 'methods_delay', v, 's1', 'ckpt_*.pt'))),  # noqa: E731
-                                weights_only=True)
+    last = lambda v: torch.load(  # noqa: E731
+        max(glob.glob(os.path.join(out, 'methods_delay', v, 's1', 'ckpt_*.pt'))),
+        weights_only=True)
     cfg = last('drope')['config']
-    assert cfg['task'] == 'delay_copy' and cfg['pos_encoding'] == 'nope' and cfg['learning_rate'] == 1e-3 / 10
-    assert cfg['spike_threshold'] == 0  # a task's loss jumps (DroPE's recalibration tripped the check)
+    assert (cfg['task'] == 'delay_copy' and cfg['pos_encoding'] == 'nope'
+            and cfg['learning_rate'] == 1e-3 / 10)
+    # a task's loss jumps (DroPE's recalibration tripped the check)
+    assert cfg['spike_threshold'] == 0
     learned = last('learned')
     assert learned['model']['wpe.weight'].shape[0] == 138  # 128 + 2 * 4 + 3 tokens, less the last
-    assert os.path.getsize(os.path.join(out, 'tasks.png')) > 10_000 and os.path.getsize(os.path.join(out, 'methods.png')) > 10_000
+    assert (os.path.getsize(os.path.join(out, 'tasks.png')) > 10_000
+            and os.path.getsize(os.path.join(out, 'methods.png')) > 10_000)
 
 
 def test_report_rebuilds_the_paired_claims_from_saved_results(tmp_path):
@@ -281,18 +343,23 @@ def test_report_rebuilds_the_paired_claims_from_saved_results(tmp_path):
     verdicts recomputed here with scipy from the seeds' own numbers in the JSON."""
     scipy_stats = pytest.importorskip('scipy.stats')
     saved = os.path.join(ROOT, 'assets', 'study_cpt_results.json')
-    r = subprocess.run([sys.executable, '-m', 'tools.study', f'--report={saved}', f'--out={tmp_path}'],
+    r = subprocess.run([sys.executable, '-m', 'tools.study', f'--report={saved}',
+                        f'--out={tmp_path}'],
                        cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     P = json.load(open(saved))['parts']['cpt_sw']
-    wd, pl_d = (P[v]['steps'][str(int(P[v]['final']['mean']))]['bands']['8-16x'] for v in ('wd', 'pl_d'))
+    wd, pl_d = (P[v]['steps'][str(int(P[v]['final']['mean']))]['bands']['8-16x']
+                for v in ('wd', 'pl_d'))
     d = np.subtract(wd['seeds'], pl_d['seeds'])  # PL-D's gain over WD, per seed
     lo, hi = scipy_stats.t.interval(0.95, len(d) - 1, loc=d.mean(), scale=scipy_stats.sem(d))
     verdict = 'holds' if lo > 0 else 'reversed' if hi < 0 else 'does not hold'
-    claim = '| SW CPT with dropout extrapolates: PL-D better than WD | cpt_sw, CE 8-16x | Table 1: WD 0.0, dropout ~100 |'
+    claim = ('| SW CPT with dropout extrapolates: PL-D better than WD | cpt_sw, CE 8-16x | '
+             'Table 1: WD 0.0, dropout ~100 |')
     summary = open(tmp_path / 'summary.md').read()
-    assert (f"{claim} WD {wd['mean']:.3f} ± {wd['std']:.3f} | PL-D {pl_d['mean']:.3f} ± {pl_d['std']:.3f} | "
-            + ' '.join(f'{x:+.3f}' for x in d) + f" | {d.mean():+.3f} [{lo:+.3f}, {hi:+.3f}] | {verdict}") in summary
+    assert (f"{claim} WD {wd['mean']:.3f} ± {wd['std']:.3f} | "
+            f"PL-D {pl_d['mean']:.3f} ± {pl_d['std']:.3f} | "
+            + ' '.join(f'{x:+.3f}' for x in d)
+            + f" | {d.mean():+.3f} [{lo:+.3f}, {hi:+.3f}] | {verdict}") in summary
     # the premise: SW without CPT does not fail beyond the length (its CE falls beyond 1x), so the
     # claim is not shown there, whichever way the comparison goes
     assert f"{claim} not shown |" in summary and not r.stdout.startswith('0 runs')
@@ -305,13 +372,15 @@ def test_study_tables_1_and_5_with_retrieval_learned_in_phase_1(tmp_path):
     eval_niah.py prints."""
     data = byte_dataset(tmp_path / 'long' / 'byte', 4, 2, 1000)  # 16x of 256: 4097-byte windows
     out = str(tmp_path / 'study')
-    r = subprocess.run([sys.executable, '-m', 'tools.study', f'--out={out}', '--tiny=True', '--seeds=[1]',
+    r = subprocess.run([sys.executable, '-m', 'tools.study', f'--out={out}', '--tiny=True',
+                        '--seeds=[1]',
                         f'--data_dir={data}', "--parts=['cpt_niah', 'cpt_niah_mamba']",
                         "--variants=['sw', 'wd', 'pl_d', 'pn_d_p0.2']"],
                        cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    config = lambda part, v: torch.load(sorted(glob.glob(os.path.join(out, part, v, 's1', 'ckpt_*.pt')))[-1],  # noqa: E731
-                                        weights_only=True)['config']
+    config = lambda part, v: torch.load(  # noqa: E731
+        sorted(glob.glob(os.path.join(out, part, v, 's1', 'ckpt_*.pt')))[-1],
+        weights_only=True)['config']
     for part in ('cpt_niah', 'cpt_niah_mamba'):
         assert config(part, 'orig')['niah_mix'] == 0.5 and config(part, 'orig')['block_size'] == 256
         assert config(part, 'orig')['niah_task'] == 'niah_single_1_short'
@@ -323,11 +392,13 @@ def test_study_tables_1_and_5_with_retrieval_learned_in_phase_1(tmp_path):
     final = P['cpt_niah']['pl_d']['steps'][str(int(P['cpt_niah']['pl_d']['final']['mean']))]
     assert list(final['niah']) == ['256', '512', '1024', '2048', '4096']
     assert final['niah_far']['mean'] == pytest.approx(mean([final['niah']['2048']['mean'],
-                                                             final['niah']['4096']['mean']]), abs=1e-5)
+                                                             final['niah']['4096']['mean']]),
+                                                      abs=1e-5)
     summary = open(os.path.join(out, 'summary.md')).read()
     assert '**Table 1 in small (cpt_niah)**, by the reading rules' in summary
     assert '**Table 5 in small (cpt_niah_mamba)**, by the reading rules' in summary
-    assert 'NIAH-1 accuracy by length' in summary and os.path.getsize(os.path.join(out, 'niah.png')) > 10_000
+    assert ('NIAH-1 accuracy by length' in summary
+            and os.path.getsize(os.path.join(out, 'niah.png')) > 10_000)
     # Table 1 in eval_niah.py's layout: a row per variant, % by length, the training length marked
     table = json.load(open(os.path.join(out, 'table_cpt_niah.json')))
     assert [r['label'] for r in table['rows']] == ['Orig.', 'SW, no CPT', 'WD', 'PL-D']

@@ -24,7 +24,8 @@ def test_byte_tokenizer_round_trip():
 
 def test_gpt2_tokenizer_offline():
     tok = Tokenizer({'kind': 'gpt2'})  # from openai-whisper's copy of the ranks, no download
-    assert tok.encode("Hello world") == [15496, 995] and tok.encode(" the") == [262]  # GPT-2's own ids
+    # GPT-2's own ids
+    assert tok.encode("Hello world") == [15496, 995] and tok.encode(" the") == [262]
     assert (tok.n_vocab, tok.eot) == (50257, 50256)
     assert tok.encode_batch(["Hello world", " the"]) == [[15496, 995], [262]]
 
@@ -77,7 +78,8 @@ def docs_dir(tmp_path):
         stream += list(range(t, t + n)) + [0]
         t += n
     write_shard(str(tmp_path / 'val.bin'), stream, 2000)
-    (tmp_path / 'meta.json').write_text(json.dumps({'eot': 0, 'vocab_size': 2000, 'tokenizer': {'kind': 'x'}}))
+    (tmp_path / 'meta.json').write_text(json.dumps({'eot': 0, 'vocab_size': 2000,
+                                                    'tokenizer': {'kind': 'x'}}))
     return tmp_path
 
 
@@ -85,11 +87,13 @@ def test_documents_and_long_windows(docs_dir):
     data = TokenData(str(docs_dir), 'val')
     assert [b - a for _, a, b in data.doc_spans()] == [10, 300, 50, 700]
     w = data.long_windows(99, 20)
-    # first windows of the two documents longer than 99 tokens, then their next windows; none crosses a document
+    # first windows of the two documents longer than 99 tokens, then their next windows; none
+    # crosses a document
     starts = [int(x[0]) for x in w]
     assert starts == [11, 361, 111, 461, 211, 561, 661, 761, 861, 961] and w.shape == (10, 100)
     assert [int(x[0]) for x in data.long_windows(99, 3)] == [11, 361, 111]
-    assert [int(x[0]) for x in data.long_windows(99, 20, per_document=1)] == [11, 361]  # document starts only
+    # document starts only
+    assert [int(x[0]) for x in data.long_windows(99, 20, per_document=1)] == [11, 361]
     assert all(torch.equal(x, torch.arange(x[0], x[0] + 100)) for x in w)
     assert data.long_windows(800, 4) is None
 
@@ -105,17 +109,21 @@ def test_batches_are_windows_determined_by_the_rng(docs_dir):
 
 
 def test_missing_data_names_the_prepare_command(tmp_path):
-    with pytest.raises(FileNotFoundError, match=r'python .*data/shakespeare/prepare.py --tokenizer=byte --out_dir=\S*byte_x`'):
-        TokenData(os.path.join(ROOT, 'data', 'shakespeare', 'byte_missing_here', '..', 'byte_x'), 'train', 0, 40e9)
+    with pytest.raises(FileNotFoundError, match=r'python .*data/shakespeare/prepare.py '
+                                                r'--tokenizer=byte --out_dir=\S*byte_x`'):
+        TokenData(os.path.join(ROOT, 'data', 'shakespeare', 'byte_missing_here', '..', 'byte_x'),
+                  'train', 0, 40e9)
     # a streamed corpus: the run's tokens, as the README's command (its default is the whole corpus)
     dclm = os.path.join(ROOT, 'data', 'dclm_edu', 'gpt2')
     if not os.path.exists(dclm):  # (not where DCLM-Edu is prepared)
-        with pytest.raises(FileNotFoundError, match=r'python .*data/dclm_edu/prepare.py --tokenizer=gpt2 --max_tokens=40e9`'):
+        with pytest.raises(FileNotFoundError, match=r'python .*data/dclm_edu/prepare.py '
+                                                    r'--tokenizer=gpt2 --max_tokens=40e9`'):
             TokenData(dclm, 'train', 0, 40e9)
 
 
 def test_shakespeare_prepare(tmp_path):
-    r = subprocess.run([sys.executable, 'data/shakespeare/prepare.py', '--tokenizer=byte', f'--out_dir={tmp_path}'],
+    r = subprocess.run([sys.executable, 'data/shakespeare/prepare.py', '--tokenizer=byte',
+                        f'--out_dir={tmp_path}'],
                        cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     train, val = TokenData(str(tmp_path), 'train'), TokenData(str(tmp_path), 'val')
@@ -123,7 +131,8 @@ def test_shakespeare_prepare(tmp_path):
     val_docs = [tok.decode(np.asarray(val.shards[0][a:b])) for _, a, b in val.doc_spans()]
     train_docs = [tok.decode(np.asarray(train.shards[0][a:b])) for _, a, b in train.doc_spans()]
     assert [d.split('\n')[0] for d in val_docs] == ['HAMLET, PRINCE OF DENMARK', 'MACBETH',
-                                                    'THE LIFE AND DEATH OF KING RICHARD III', 'TWELFTH NIGHT; OR, WHAT YOU WILL']
+                                                    'THE LIFE AND DEATH OF KING RICHARD III',
+                                                    'TWELFTH NIGHT; OR, WHAT YOU WILL']
     assert len(train_docs) == 38 and not set(train_docs) & set(val_docs)  # whole plays held out
     assert max(len(d) for d in val_docs) == 175659  # Richard III, for the long-context evals
 
@@ -133,19 +142,22 @@ def test_a_limit_keeps_the_first_tokens_across_shards(tmp_path):
     tokens = np.arange(300) % 250
     write_shard(str(tmp_path / 'train_000.bin'), tokens[:200].tolist(), 256)
     write_shard(str(tmp_path / 'train_001.bin'), tokens[200:].tolist(), 256)
-    (tmp_path / 'meta.json').write_text(json.dumps({'tokenizer': {'kind': 'byte'}, 'vocab_size': 256, 'eot': 255}))
+    (tmp_path / 'meta.json').write_text(json.dumps({'tokenizer': {'kind': 'byte'},
+                                                    'vocab_size': 256, 'eot': 255}))
     for limit, sizes in ((0, [200, 100]), (150, [150]), (250, [200, 50]), (1000, [200, 100])):
         data = TokenData(str(tmp_path), 'train', limit)
         assert [len(s) for s in data.shards] == sizes and data.sizes.tolist() == sizes
         assert np.array_equal(np.concatenate(data.shards), tokens[:sum(sizes)])
     x, y = TokenData(str(tmp_path), 'train', 150).batch(64, 20, np.random.default_rng(0))
-    assert x.max() < 150 and torch.equal(x[:, 1:], y[:, :-1])  # windows only from the first 150 tokens
+    # windows only from the first 150 tokens
+    assert x.max() < 150 and torch.equal(x[:, 1:], y[:, :-1])
 
 
 @pytest.mark.parametrize('task, T, needle, prefix', [
     ('niah_single_1', 1024, r'special magic numbers for (.+?) is: (\d{7})\.',
      'The special magic number for {} mentioned in the provided text is'),
-    ('niah_single_1_short', 256, r'The magic number for (.+?) is (\d{7})\.', 'The magic number for {} is')])
+    ('niah_single_1_short', 256, r'The magic number for (.+?) is (\d{7})\.',
+     'The magic number for {} is')])
 def test_niah_mixture_puts_the_loss_on_the_answer_alone(tmp_path, task, T, needle, prefix):
     """NIAH-1 documents among language windows: a document's targets are its answer and eot
     only, predicted from the token before each; its number is the needle's (read from the text);
@@ -169,7 +181,8 @@ def test_niah_mixture_puts_the_loss_on_the_answer_alone(tmp_path, task, T, needl
         answer = tok.encode(f' {value[2]}.') + [tok.eot]
         assert y[i, scored].tolist() == answer  # the answer and eot, nothing else
         assert scored.tolist() == list(range(scored[0], scored[0] + len(answer)))
-        assert torch.equal(x[i, scored[0] + 1:scored[-1] + 1], y[i, scored[:-1]])  # each from the token before
+        # each from the token before
+        assert torch.equal(x[i, scored[0] + 1:scored[-1] + 1], y[i, scored[:-1]])
         assert tok.decode(x[i, :scored[0] + 1].tolist()).endswith(prefix.format(value[1]))
         sizes.append(int(scored[-1]) + 2)  # the document's tokens: its eot is the last target
     assert 8 <= len(sizes) <= 24 and max(sizes) <= T and len(set(sizes)) > 1  # about half of 32
@@ -191,7 +204,8 @@ def test_continued_pretraining_takes_no_niah_from_its_source(tiny_data, tmp_path
     assert '50% of the sequences are NIAH-1 documents' in r.stdout
     ckpt = sorted(os.listdir(tmp_path / 'p1'))
     source = str(tmp_path / 'p1' / [c for c in ckpt if c.startswith('ckpt_')][-1])
-    r = run_train(*CPT, *big, f'--data_dir={data}', f'--init_from={source}', f'--out_dir={tmp_path}/cpt')
+    r = run_train(*CPT, *big, f'--data_dir={data}', f'--init_from={source}',
+                  f'--out_dir={tmp_path}/cpt')
     assert r.returncode == 0, r.stderr[-2000:]
     assert 'NIAH-1' not in r.stdout
     cpt = sorted(c for c in os.listdir(tmp_path / 'cpt') if c.startswith('ckpt_'))[-1]
