@@ -55,10 +55,11 @@ python -m tools.study --parts="['cpt_sw', 'cpt_sw_needle']" --out=out/study_cpt
 Not in the default list (docs/study.md, the reading rules and the times):
 python -m tools.study --parts="['cpt_niah', 'cpt_niah_mamba']" --out=out/study_niah
   cpt_niah, cpt_niah_mamba  Tables 1 and 5 where their premise can show: the same two phases,
-      with NIAH-1 learned in phase 1 (language mixed with its documents, 256-byte windows, 4000
-      steps) by an 8 x 128 transformer with SmolLM3's pattern twice (NoPE inside the stack), or an
-      8 x 128 Mamba2; CPT on language alone for 600 steps (15% of phase 1's tokens), into
-      128-key windows on the RoPE layers (Mamba2: none). NIAH-1 accuracy and CE at 1x to 16x.
+      with NIAH-1 learned in phase 1 (language mixed with its documents, 256-byte windows) by an
+      8 x 128 transformer with SmolLM3's pattern twice (NoPE inside the stack, 4000 steps), or an
+      8 x 128 Mamba2 (8000 steps); CPT on language alone for 600 steps (15% of the transformer's
+      phase 1 tokens), into 128-key windows on the RoPE layers (Mamba2: none). NIAH-1 accuracy and
+      CE at 1x to 16x.
 And at those checkpoints: the entropy of every head's attention by query position (the
 mechanism; transformers), the uniform average of the last 5 checkpoints of the stable phase and
 of the anneal (the paper's checkpoint averaging), and at the end of the LM runs with pre-linear
@@ -166,8 +167,9 @@ SMOL = lambda layers: [f"--pos_encoding={['rope'] * (layers - 1) + ['nope']}"]  
 # tenth of phase 1's (SmolLM3's CPT: 2e-5), for a little over half of phase 1's tokens.
 # Tables 1 and 5 where their premise can show (docs/study.md, the reading rules): phase 1 learns
 # NIAH-1 (its short form, ruler.py) from language mixed with its documents (train.py --niah_mix) on
-# 256-byte windows for 4000 steps, SmolLM3's layers twice (NoPE inside the stack), or Mamba2;
-# CPT continues on language alone (CPT's --niah_mix=0) for 600 steps, 15% of phase 1's tokens
+# 256-byte windows for 4000 steps, SmolLM3's layers twice (NoPE inside the stack), or Mamba2 for
+# 8000 (its gate: at 4000 it had not learned the lookup yet, docs/study.md); CPT continues on
+# language alone (CPT's --niah_mix=0) for 600 steps, 15% of phase 1's tokens (Mamba2: 7.5%)
 NIAH_LM = [*LM, '--block_size=256', '--batch_size=16', '--niah_mix=0.5',
            '--niah_task=niah_single_1_short', '--max_tokens=16384000', '--ckpt_interval=250',
            '--n_layer=8', '--spike_threshold=0']
@@ -176,7 +178,8 @@ PHASE1 = {'cpt_sw': (LM + SMOL(4), [32, 32, 32, 0]),
           'cpt_sw_needle': (NEEDLE + SMOL(2) + [f'--max_tokens={3200 * 2048}'], [16, 0]),
           'cpt_niah': (NIAH_LM + [f"--pos_encoding={['rope', 'rope', 'rope', 'nope'] * 2}"],
                        [128, 128, 128, 0] * 2),
-          'cpt_niah_mamba': (NIAH_LM + MAMBA, None)}  # no windows: CPT at the same length
+          # no windows: CPT at the same length
+          'cpt_niah_mamba': (NIAH_LM + MAMBA + ['--max_tokens=32768000'], None)}
 NIAH_PARTS = ('cpt_niah', 'cpt_niah_mamba')
 CPT = lambda part, lr, steps, every: [  # noqa: E731
     *PHASE1[part][0], *([f'--window={PHASE1[part][1]}'] if PHASE1[part][1] else []), '--niah_mix=0',
