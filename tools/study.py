@@ -364,13 +364,14 @@ def evaluate(part, variant, seed):
     if kind == 'lm':
         T = cfg['block_size']
         n = 1 if tiny and part in NIAH_PARTS else EVAL_WINDOWS  # (the tests: one of 4K tokens)
-        windows = TokenData(cfg['data_dir'], 'val').long_windows(16 * T, n)  # (n, 16T + 1)
+        val = TokenData(cfg['data_dir'], 'val')
+        windows = val.long_windows(16 * T, n)  # (n, 16T + 1)
         # the entropy of 4K-token windows of 8 layers costs more than the rest: not for NIAH parts
         attends = ckpt['model_type'] == 'transformer' and part not in NIAH_PARTS
         measure = lambda entropy=True: lm_measures(  # noqa: E731
             net, windows, T, entropy and attends)
         if part in NIAH_PARTS:  # and retrieval, learned in phase 1 (the tests: at the end only)
-            tokenizer, lm = Tokenizer(TokenData(cfg['data_dir'], 'val').meta['tokenizer']), measure
+            tokenizer, lm = Tokenizer(val.meta['tokenizer']), measure
             measure = lambda entropy=True, niah=True: {  # noqa: E731
                 **lm(entropy), **(niah_measures(net, tokenizer, T) if niah else {})}
     else:
@@ -394,8 +395,7 @@ def evaluate(part, variant, seed):
     if kind == 'lm' and cfg['dropout_type'] in ('pre_linear', 'vpad'):
         net.load_state_dict(ckpt['model'])
         torch.manual_seed(0)
-        batch = TokenData(cfg['data_dir'], 'val').batch(8, T, batch_rng(0, 1))[0]
-        rows = variance_mismatch(net, batch)
+        rows = variance_mismatch(net, val.batch(8, T, batch_rng(0, 1))[0])
         layers = sorted({r['layer'] for r in rows})
         result['probe'] = {
             'rel_err': [mean(abs(r['rel_err']) for r in rows if r['layer'] == i) for i in layers],
