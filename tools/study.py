@@ -71,6 +71,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from statistics import mean, stdev
 
@@ -350,7 +351,7 @@ def evaluate(part, variant, seed):
     of the averages of its last AVERAGE_K checkpoints of the stable phase and of the anneal (of the
     last K = 10, 20, 30 for a CPT run, Table 12) -> eval.json. A view: its source's checkpoints,
     with its model arguments."""
-    kind, d = PARTS[part][0], run_dir(part, variant, seed)
+    start, kind, d = time.time(), PARTS[part][0], run_dir(part, variant, seed)
     src = run_dir(part, VIEWS[variant][0], seed) if variant in VIEWS else d
     overrides = {}
     if variant in VIEWS:
@@ -400,6 +401,8 @@ def evaluate(part, variant, seed):
         result['probe'] = {
             'rel_err': [mean(abs(r['rel_err']) for r in rows if r['layer'] == i) for i in layers],
             'r': [mean(r['r'] for r in rows if r['layer'] == i) for i in layers]}
+    # its wall clock, kept with it: a copy of the run folder keeps it, not the files' times
+    result['eval_minutes'] = (time.time() - start) / 60
     with open(os.path.join(d, 'eval.json.tmp'), 'w') as f:
         json.dump(result, f)
     os.replace(os.path.join(d, 'eval.json.tmp'), os.path.join(d, 'eval.json'))
@@ -471,6 +474,7 @@ def derive(e):
     """The measures the claims use, added to one seed's eval.json: for lm the rise of each band's
     CE over the in-distribution CE, and the probe's mean over the first and second half of the
     layers; for tasks the accuracy beyond the training length, exact and per token."""
+    e.pop('eval_minutes', None)  # a time, not a measure (run_minutes)
     for s, m in e['steps'].items():
         if int(s) != e['final']:  # the figures draw the entropy curve of the final checkpoint only
             m.pop('entropy_curve', None)
@@ -533,16 +537,17 @@ def compact(tree, curve=False):
 def run_minutes(d):
     """One run's time in minutes -> [training, evaluation]: training as the median step time
     train.py logged times the steps (robust to a run paused or resumed; a view trains nothing:
-    0.0), evaluation as the wall clock from the end of training (the run's `done` mark) to its
-    eval.json (None for a view, which has no mark)."""
+    0.0), evaluation as the wall clock evaluate() kept in eval.json (before it kept one: from the
+    end of training, the run's `done` mark, to its eval.json; None for a view, which has no mark).
+    """
     train, log = 0.0, os.path.join(d, 'log.jsonl')
     if os.path.exists(log):
         rows = [json.loads(line) for line in open(log)]
         ms = sorted(r['ms'] for r in rows if r['event'] == 'train')
         train = ms[len(ms) // 2] * max(r['iter'] for r in rows) / 60000 if ms else 0.0
     done, ev = os.path.join(d, 'done'), os.path.join(d, 'eval.json')
-    evaluation = None
-    if os.path.exists(done):
+    evaluation = json.load(open(ev)).get('eval_minutes')
+    if evaluation is None and os.path.exists(done):
         evaluation = (os.path.getmtime(ev) - os.path.getmtime(done)) / 60
     return [round(train, 2), None if evaluation is None else round(evaluation, 2)]
 
