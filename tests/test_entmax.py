@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attention import Entmax, attention, entmax15, entmax_bisect
+from attention import Entmax, attention, entmax_bisect
 from model import Attention, Transformer, TransformerConfig, alibi_slopes
 
 entmax = pytest.importorskip('entmax')

@@ -141,6 +141,7 @@ def test_drope_is_cpt_without_positions(tiny_data, tmp_path):
     assert drope['model_args']['pos_encoding'] == 'nope' and drope['cpt_from'] == source
     r = run_train(*CPT, f'--data_dir={tiny_data}', '--max_tokens=1024', f'--init_from={source}',
                   f'--out_dir={tmp_path}/b')
+    assert r.returncode == 0, r.stderr
     assert torch.load(f'{tmp_path}/b/ckpt_000004.pt',
                       weights_only=True)['model_args']['pos_encoding'] == ['rope', 'nope']
     code, said = run_script('train.py', *CPT, f'--data_dir={tiny_data}', '--max_tokens=1024',
