@@ -1095,13 +1095,14 @@ if niah_parts:  # NIAH-1 by length at the end, and the reading rules' measure al
         key, what = RULES[p][0], measures(p)[-1][0]  # the reading rules' measure and its name
         for v in P[p]:
             acc = final(P[p][v])['niah']
-            band_plot(row[0], [int(L) for L in acc], list(acc.values()), v, marker='o', ms=3)
+            style = dict(marker='o', ms=3, ls='-' if v in (*CORE, *PHASE1_ROWS) else '--')
+            band_plot(row[0], [int(L) for L in acc], list(acc.values()), v, **style)
             if v in PHASE1_ROWS:  # measured along phase 1: its end, as a level for CPT to beat
                 row[1].axhline(final(P[p][v])[key]['mean'], color=COLORS[v], ls=':')
             else:
                 steps = [s for s in P[p][v]['steps'] if key in P[p][v]['steps'][s]]
                 band_plot(row[1], [int(s) for s in steps],
-                          [P[p][v]['steps'][s][key] for s in steps], v, marker='o', ms=3)
+                          [P[p][v]['steps'][s][key] for s in steps], v, **style)
         row[0].axvline(P[p]['orig']['train_length']['mean'], color='k', ls=':', lw=1)
         row[0].set_xscale('log', base=2)
         row[0].set_xlabel('prompt length, tokens (dotted: the training length)')
