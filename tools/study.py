@@ -169,8 +169,9 @@ SMOL = lambda layers: [f"--pos_encoding={['rope'] * (layers - 1) + ['nope']}"]  
 # Tables 1 and 5 where their premise can show (docs/study.md, the reading rules): phase 1 learns
 # NIAH-1 (its short form, ruler.py) from language mixed with its documents (train.py --niah_mix) on
 # 256-byte windows for 4000 steps, SmolLM3's layers twice (NoPE inside the stack), or Mamba2 for
-# 8000 (its gate: at 4000 it had not learned the lookup yet, docs/study.md); CPT continues on
-# language alone (CPT's --niah_mix=0) for 600 steps, 15% of phase 1's tokens (Mamba2: 7.5%)
+# 8000 with 90% documents (its gate: at 4000, and at 8000 with half, it had not learned the lookup
+# yet, docs/study.md); CPT continues on language alone (CPT's --niah_mix=0) for 600 steps, 15% of
+# phase 1's tokens (Mamba2: 7.5%)
 NIAH_LM = [*LM, '--block_size=256', '--batch_size=16', '--niah_mix=0.5',
            '--niah_task=niah_single_1_short', '--max_tokens=16384000', '--ckpt_interval=250',
            '--n_layer=8', '--spike_threshold=0']
@@ -180,7 +181,7 @@ PHASE1 = {'cpt_sw': (LM + SMOL(4), [32, 32, 32, 0]),
           'cpt_niah': (NIAH_LM + [f"--pos_encoding={['rope', 'rope', 'rope', 'nope'] * 2}"],
                        [128, 128, 128, 0] * 2),
           # no windows: CPT at the same length
-          'cpt_niah_mamba': (NIAH_LM + MAMBA + ['--max_tokens=32768000'], None)}
+          'cpt_niah_mamba': (NIAH_LM + MAMBA + ['--max_tokens=32768000', '--niah_mix=0.9'], None)}
 NIAH_PARTS = ('cpt_niah', 'cpt_niah_mamba')
 CPT = lambda part, lr, steps, every: [  # noqa: E731
     *PHASE1[part][0], *([f'--window={PHASE1[part][1]}'] if PHASE1[part][1] else []), '--niah_mix=0',
