@@ -640,15 +640,16 @@ def prompt(task, tokenizer, length, id, seed, data, sizes, depth=None, index=0):
 
 def predict(model, tokenizer, text, max_new_tokens, device, chunk_size=1024, autocast=None):
     """The model's greedy continuation of text: chunked prefill through its cache, at most
-    max_new_tokens, cut at its end-of-text token. The prompt gets the tokenizer's special tokens
-    (a BOS, where it uses one) as in RULER, which sizes prompts without them."""
+    max_new_tokens, cut at its end-of-text token or at an id that is no token (train.py pads the
+    vocabulary to a multiple of 64, and a weak model may pick a padding row). The prompt gets the
+    tokenizer's special tokens (a BOS, where it uses one) as in RULER, which sizes prompts without
+    them."""
     idx = torch.tensor([tokenizer.encode_prompt(text)], device=device)
     with torch.no_grad(), autocast or nullcontext():
         out = model.generate(idx, max_new_tokens, eos_id=tokenizer.eot,
                              chunk_size=chunk_size)[0, idx.size(1):].tolist()
-    if tokenizer.eot in out:
-        out = out[:out.index(tokenizer.eot)]
-    return tokenizer.decode(out)
+    end = [i for i, t in enumerate(out) if t == tokenizer.eot or t >= tokenizer.n_vocab]
+    return tokenizer.decode(out[:end[0]] if end else out)
 
 
 def plan(tasks, lengths, samples, missing, check, say=print):

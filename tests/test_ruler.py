@@ -361,6 +361,15 @@ def test_the_prompt_gets_the_tokenizers_bos_as_in_rulers_wrapper(tmp_path):
     assert ruler.predict(model, tok, 'a b', 4, 'cpu') == 'b' and model.idx.tolist() == [[0, 2, 3]]
 
 
+def test_the_answer_ends_at_a_padding_id():
+    """train.py pads the byte vocabulary (257) to 320 rows: a weak model's argmax may be one of
+    them, which no tokenizer decodes; the answer ends there, as at eot."""
+    class Padded:
+        def generate(self, idx, max_new_tokens, eos_id=None, chunk_size=1024):
+            return torch.cat([idx, torch.tensor([[52, 50, BYTE.n_vocab, 55, BYTE.eot]])], dim=1)
+    assert ruler.predict(Padded(), BYTE, 'The number is', 8, 'cpu') == '42'
+
+
 # -----------------------------------------------------------------------------
 # the prompts themselves, fixed: every task's prompts and answers (sha256 of their JSON, per task)
 # as ruler.py made them before its generator kinds became records (issue 29), so that a change of
