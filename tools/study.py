@@ -57,9 +57,9 @@ python -m tools.study --parts="['cpt_niah', 'cpt_niah_mamba']" --out=out/study_n
   cpt_niah, cpt_niah_mamba  Tables 1 and 5 where their premise can show: the same two phases,
       with NIAH-1 learned in phase 1 (language mixed with its documents, 256-byte windows) by an
       8 x 128 transformer with SmolLM3's pattern twice (NoPE inside the stack, 4000 steps), or an
-      8 x 128 Mamba2 (8000 steps); CPT on language alone for 600 steps (15% of the transformer's
-      phase 1 tokens), into 128-key windows on the RoPE layers (Mamba2: none). NIAH-1 accuracy and
-      CE at 1x to 16x.
+      8 x 128 Mamba2 (8000 steps, 90% documents); CPT on language alone for 600 steps (15% of the
+      transformer's phase 1 tokens), into 128-key windows on the RoPE layers (Mamba2: none).
+      NIAH-1 accuracy and CE at 1x to 16x.
 And at those checkpoints: the entropy of every head's attention by query position (the
 mechanism; transformers), the uniform average of the last 5 checkpoints of the stable phase and
 of the anneal (the paper's checkpoint averaging), and at the end of the LM runs with pre-linear
