@@ -648,8 +648,9 @@ def predict(model, tokenizer, text, max_new_tokens, device, chunk_size=1024, aut
     with torch.no_grad(), autocast or nullcontext():
         out = model.generate(idx, max_new_tokens, eos_id=tokenizer.eot,
                              chunk_size=chunk_size)[0, idx.size(1):].tolist()
-    end = [i for i, t in enumerate(out) if t == tokenizer.eot or t >= tokenizer.n_vocab]
-    return tokenizer.decode(out[:end[0]] if end else out)
+    end = next((i for i, t in enumerate(out) if t == tokenizer.eot or t >= tokenizer.n_vocab),
+               len(out))
+    return tokenizer.decode(out[:end])
 
 
 def plan(tasks, lengths, samples, missing, check, say=print):

@@ -174,6 +174,23 @@ def write_tasks(folder, model):
     return roll
 
 
+def test_greedy_until_ends_at_a_padding_id():
+    """As ruler.predict: train.py pads the byte vocabulary (257) to 320 rows, and a weak model's
+    argmax may be one of them, which no tokenizer decodes; the continuation ends there."""
+    script = iter([52, 50, BYTE.n_vocab, 55])
+
+    class Scripted:  # emits the script, one id a step
+        def new_cache(self):
+            return None
+
+        def hidden(self, idx, cache):
+            return torch.zeros(1, idx.size(1), 1)
+
+        def lm_head(self, x):
+            return F.one_hot(torch.tensor([next(script)]), 320).float()  # (1, V)
+    assert lengthgen.greedy_until(Scripted(), BYTE, [1, 2], ['\n'], 8, 16, 'cpu') == '42'
+
+
 def test_overrides_reach_the_scored_model(tmp_path):
     """overrides (model arguments no weight depends on: YaRN, the log-length temperature) change the
     model lm-eval scores: a rolling loglikelihood past the trained length equals that of the model

@@ -103,7 +103,8 @@ def score(model, inp, tgt, chunk_size):
 @torch.no_grad()
 def greedy_until(model, tok, ids, until, max_new_tokens, chunk_size, device):
     """The model's greedy continuation of ids, as text, stopped at end-of-text, at any string of
-    `until` or after max_new_tokens, and cut before the first stop string."""
+    `until` or after max_new_tokens, and cut before the first stop string; an id that is no token
+    (a padding row of the vocabulary) ends it as end-of-text does, as in ruler.predict."""
     cache = model.new_cache()
     idx = torch.tensor([ids], device=device)
     for s in range(0, idx.size(1), chunk_size):  # chunked prefill, as model.generate
@@ -111,7 +112,7 @@ def greedy_until(model, tok, ids, until, max_new_tokens, chunk_size, device):
     out = []
     for i in range(max_new_tokens):
         nxt = model.lm_head(x[:, -1]).argmax(-1, keepdim=True)  # (1, 1)
-        if nxt.item() == tok.eot:
+        if nxt.item() == tok.eot or nxt.item() >= tok.n_vocab:
             break
         out.append(nxt.item())
         if i == max_new_tokens - 1 or any(u in tok.decode(out) for u in until):
