@@ -71,6 +71,8 @@ def describe(path):
     if os.path.isdir(path):
         with open(os.path.join(path, 'config.json')) as f:
             config = json.load(f)
+        if not isinstance(config, dict):
+            raise ValueError(f"{path}/config.json is not a model config (a JSON object)")
         arch = {k: v for k, v in config.items()
                 if not k.startswith('_') and k not in IGNORED_CONFIG_KEYS}
         return arch, {n: s for f in weight_files(path) for n, s in shapes(f).items()}
@@ -207,7 +209,7 @@ if __name__ == '__main__':
         elif not out:  # beside the newest of the given paths
             out = (paths[-1].rstrip('/').removesuffix('.pt') + f'_avg{len(paths)}'
                    + ('' if folders else '.pt'))
-        checkpoint.check_output(out, overwrite, is_average, 'average_ckpts.py')  # not a run's
+        checkpoint.check_output(out, overwrite, is_average, 'average_ckpts.py', paths)
         names = [os.path.basename(p.rstrip('/')) for p in paths]
         names = names if len(names) < 5 else names[:2] + ['...'] + names[-2:]
         print(f"averaging {len(paths)} checkpoints: {', '.join(names)}")

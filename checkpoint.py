@@ -110,6 +110,11 @@ def load(path, device='cpu'):
     try:
         return torch.load(path, map_location=device, weights_only=True, mmap=True)
     except (RuntimeError, EOFError, pickle.UnpicklingError) as e:
+        if 'Weights only load failed' in str(e):  # it refused an object that loading would call
+            found = re.search(r'GLOBAL ([\w.]+)', str(e))
+            raise ValueError(f"{path} holds objects other than tensors and plain data "
+                             f"({found[1] if found else 'a Python object'}): not loaded, since "
+                             f"loading it could run code") from None
         raise ValueError(f"{path} is not a checkpoint written by torch.save, or it was cut short "
                          f"({e})") from None
 
@@ -209,15 +214,19 @@ def release():
 RUN_FILE = re.compile(r'(ckpt|optim)_\d+\.pt|log\.jsonl|lock')  # what a training run writes
 
 
-def check_output(path, overwrite, ours, tool):
+def check_output(path, overwrite, ours, tool, inputs=()):
     """SystemExit, before anything is computed, unless `path` (a file or a folder) may be written:
-    never a training run's file or a folder that holds one; an existing path only if ours(path)
-    says `tool` wrote it and overwrite is given; and its folder writable."""
+    never a training run's file or a folder that holds one, nor one of the tool's inputs; an
+    existing path only if ours(path) says `tool` wrote it and overwrite is given; and its folder
+    writable."""
     name = os.path.basename(path.rstrip('/'))
     run = os.path.isdir(path) and any(map(RUN_FILE.fullmatch, os.listdir(path)))
     if RUN_FILE.fullmatch(name) or run:
         raise SystemExit(f"{path} is a training run's file or folder, not to be written over: "
                          f"choose another --out")
+    if os.path.realpath(path) in {os.path.realpath(p) for p in inputs if p}:
+        raise SystemExit(f"{path} is an input of {tool}, not to be written over: choose another "
+                         f"--out")
     if os.path.lexists(path):
         if not ours(path):
             raise SystemExit(f"{path} exists and was not written by {tool}: choose another --out")
@@ -311,6 +320,9 @@ def resume_state(out_dir, sharded, say=print):
     optimizer state under 'optimizer', the sums of train.py's running averages under
     'averages')."""
     resumable = pairs(out_dir)
+    if not resumable and not steps(out_dir):  # e.g. a run stopped before its first checkpoint
+        raise SystemExit(f"init_from='resume' but {out_dir} holds no checkpoint yet: start the run "
+                         f"again, the same command without --init_from=resume")
     if not resumable:
         raise SystemExit(f"init_from='resume' but {out_dir} holds no checkpoint with optimizer "
                          f"state")

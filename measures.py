@@ -117,6 +117,7 @@ def eval_rows(ckpt, labels, sw, window, out, table, suffix, tool):
     for o in outs:
         eval_outputs(o, tool)
     if table:
+        check_prefix(table, tool)
         checkpoint.check_output(table + '.json', True, is_summary, tool)
         checkpoint.check_output(table + '.md', True, lambda p: is_summary(table + '.json'), tool)
     return paths or [''], views or [False], outs or [''], table
@@ -186,10 +187,19 @@ def is_summary(path):
     return isinstance(found, dict) and bool({'ckpt', 'checkpoints'} & found.keys())
 
 
+def check_prefix(out, tool):
+    """SystemExit if an output prefix names a folder: 'runs/' or '.' would write hidden files
+    (runs/.json) in it."""
+    if os.path.basename(out) in ('', '.', '..'):
+        raise SystemExit(f"{out} names a folder, but {tool} takes a prefix of files (it writes "
+                         f"<prefix>.json and more): give e.g. {os.path.join(out, 'results')}")
+
+
 def eval_outputs(out, tool, results=True, overwrite=False):
     """check_output for an eval script's outputs, before anything is computed: out.json and out.png
     (an earlier summary of ours is replaced: with results, the results file out.jsonl decides,
     ruler.Results checking its settings; without, only with overwrite) and out.jsonl."""
+    check_prefix(out, tool)
     checkpoint.check_output(out + '.json', overwrite or results, is_summary, tool)
     checkpoint.check_output(out + '.png', overwrite or results,
                             lambda p: is_summary(out + '.json'), tool)

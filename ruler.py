@@ -80,6 +80,17 @@ TASKS['niah_single_1_short'] = ('niah_short', dict(type_haystack='noise', type_n
 ROOT = os.path.dirname(os.path.abspath(__file__))
 ESSAY = os.path.join(ROOT, 'data', 'ruler', 'essays.json')  # data/ruler/prepare.py writes both
 ENGLISH_WORDS = os.path.join(ROOT, 'data', 'ruler', 'english_words.json')
+
+
+def given_essay(path):
+    """An eval script's --essay -> path; SystemExit unless it is a file: the Shakespeare stand-in
+    is for the default alone (data/ruler/essays.json not prepared), not for a file named."""
+    if path != ESSAY and not os.path.isfile(path):
+        raise SystemExit(f"--essay={path} is not a file: give RULER's essays JSON (python "
+                         f"data/ruler/prepare.py writes {ESSAY}), or leave --essay out")
+    return path
+
+
 # RULER's 40 evenly spaced needle depths in the essay
 DEPTHS = [round(100 * i / 39) for i in range(40)]
 

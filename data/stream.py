@@ -10,6 +10,7 @@ import os
 
 import numpy as np
 
+import checkpoint
 from tokens import EOT, Tokenizer, write_shard
 
 
@@ -90,6 +91,7 @@ def open_stream(parser, args, dataset_dir):
         spec['path'] = args.tokenizer_path
     tok = Tokenizer(spec)
     out_dir = args.out_dir or os.path.join(dataset_dir, args.tokenizer)
+    checkpoint.check_output(out_dir, True, os.path.isdir, 'prepare.py')  # not a run's, writable
     old = sorted(glob.glob(os.path.join(out_dir, '*.bin'))
                  + glob.glob(os.path.join(out_dir, 'meta.json')))
     if old and not args.overwrite:

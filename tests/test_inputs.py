@@ -1,5 +1,5 @@
 """Every bad input is a one-line error, said before anything is written: a table of command lines
-over the eight scripts, each with (part of) the message it must print. Each runs in this process
+over the scripts and tools, each with (part of) the message it must print. Each runs in this process
 (conftest.run_script: no torch import per case); anything but a SystemExit fails the test, and so
 does a file created or changed anywhere under the test's folders or at the repository's root."""
 
@@ -119,7 +119,8 @@ CASES = [
     ('train.py', '--init_from={bad}/mamba_payload', 'cannot be read as tensors'),
     ('train.py', '--init_from={ckpt} --n_embd=64', 'continued pre-training takes the architecture'),
     ('train.py', '--init_from={ckpt} --model_type=mamba2', 'but the config sets model_type'),
-    ('train.py', '--init_from=resume', 'holds no checkpoint with optimizer state'),
+    ('train.py', '--init_from=resume', 'holds no checkpoint yet: start the run again'),
+    ('train.py', '--init_from={bad}/saved_payload.pt', 'holds objects other than tensors'),
     # train.py: the run folder
     ('train.py', '--out_dir=/proc/x', 'cannot write to out_dir /proc/x'),
     ('train.py', '--out_dir={bad}/afile', 'cannot write to out_dir'),
@@ -163,6 +164,9 @@ CASES = [
     ('eval_niah.py', '--out=/proc/x/r', 'cannot write /proc/x/r.json'),
     ('eval_niah.py', '--out={bad}/afile/r', 'is not a writable folder'),
     ('eval_niah.py', '--out={run}/log', "is a training run's file or folder"),
+    ('eval_niah.py', '--out={bad}/', 'names a folder, but eval_niah.py takes a prefix'),
+    ('eval_niah.py', '--ckpt={bad}/saved_payload.pt',
+     'than tensors and plain data (posix.system): not loaded'),
     # eval_ruler.py
     ('eval_ruler.py', '--lengths=[]', 'lengths must not be empty'),
     ('eval_ruler.py', '--lengths=[1024.5]', 'lengths must be list[int]'),
@@ -185,6 +189,9 @@ CASES = [
     ('eval_ruler.py', '--out={bad}/results', 'is not a results file with settings'),
     ('eval_ruler.py', '--out={bad}/afile/r', 'is not a writable folder'),
     ('eval_ruler.py', '--out={run}/log', "is a training run's file or folder"),
+    ('eval_ruler.py', '--out={run}/', 'names a folder'),
+    ('eval_ruler.py', "--ckpt=['{ckpt}', '{ckpt}'] --table={run}/.", 'names a folder'),
+    ('eval_ruler.py', '--essay={bad}/absent.json', 'absent.json is not a file'),
     # tools/eval_helmet.py
     ('tools/eval_helmet.py', '--lengths=[]', 'lengths must not be empty'),
     ('tools/eval_helmet.py', '--lengths=[8192.5]', 'lengths must be list[int]'),
@@ -198,6 +205,7 @@ CASES = [
     ('tools/eval_helmet.py', '--ckpt={bad}/cfg_list', 'is not a model config'),
     ('tools/eval_helmet.py', '--out={bad}/results', 'is not a results file with settings'),
     ('tools/eval_helmet.py', '--out=/proc/x/r', 'cannot write /proc/x/r.json'),
+    ('tools/eval_helmet.py', '--essay={bad}', 'is not a file: give RULER'),
     # eval_loss.py
     ('eval_loss.py', '--train_length=-1', 'train_length must be >= 1'),
     ('eval_loss.py', '--smooth=0', 'smooth must be >= 1'),
@@ -220,6 +228,7 @@ CASES = [
     ('eval_loss.py', '--out={bad}/afile/x', 'is not a writable folder'),
     ('eval_loss.py', '--out={bad}/summary', 'was not written by eval_loss.py'),
     ('eval_loss.py', '--out=/proc/x/l', 'cannot write /proc/x/l.json'),
+    ('eval_loss.py', '--out=.', 'names a folder'),
     # average_ckpts.py
     ('average_ckpts.py', '--last=-3', 'last must be >= 0'),
     ('average_ckpts.py', '--stride=0', 'stride must be >= 1'),
@@ -241,6 +250,10 @@ CASES = [
     ('average_ckpts.py', '--out={bad}/afile', 'was not written by average_ckpts.py'),
     ('average_ckpts.py', '--out={bad}', "was not written by average_ckpts.py"),
     ('average_ckpts.py', '--out=/proc/x/avg.pt', 'cannot write /proc/x/avg.pt'),
+    ('average_ckpts.py', "--ckpts=['{bad}/cfg_list', '{bad}/mamba_payload']",
+     'cfg_list/config.json is not a model config'),
+    ('average_ckpts.py', "--ckpts=['{bad}/text.pt', '{ckpt}'] --out={bad}/text.pt",
+     'is an input of average_ckpts.py'),
     # tools/export_hf.py
     ('tools/export_hf.py', '--ckpt=', 'give --ckpt=<checkpoint file> and --out=<folder>'),
     ('tools/export_hf.py', '--out=', 'give --ckpt=<checkpoint file> and --out=<folder>'),
@@ -254,6 +267,7 @@ CASES = [
     ('tools/export_hf.py', '--ckpt={bad}/noargs.pt', 'not a model checkpoint of this repository'),
     ('tools/export_hf.py', '--ckpt={bad}/optim.pt', 'is an optimizer state'),
     ('tools/export_hf.py', '', "SmolLM3's layout needs"),
+    ('tools/export_hf.py', '--source={bad}/absent', 'absent is not a folder'),
     # tools/probe_variance.py
     ('tools/probe_variance.py', '--dropout=1.0', 'dropout must be below 1'),
     ('tools/probe_variance.py', '--length=-5', 'length >= 0'),
@@ -263,6 +277,25 @@ CASES = [
     ('tools/probe_variance.py', '', 'give --dropout_type=pre_linear or vpad'),
     ('tools/probe_variance.py', '--device=cuda', 'torch sees 0 GPU(s) here'),
     ('tools/probe_variance.py', '--dropout_type=vpad --vpad_variant=Z', "unknown vpad_variant 'Z'"),
+    ('tools/probe_variance.py', '--dropout_type=vpad --length=100000000',
+     'too few for windows of 100000001: give a shorter --length'),
+    ('tools/probe_variance.py', '--dropout_type=vpad --out=/proc/x/p',
+     'cannot write /proc/x/p.json'),
+    ('tools/probe_variance.py', '--dropout_type=vpad --out={bad}/summary', 'was not written by'),
+    # tools/eval_lm.py: its output is checked before lm-eval runs
+    ('tools/eval_lm.py', '--out={run}/ckpt_000004.pt', "is a training run's file or folder"),
+    ('tools/eval_lm.py', '--out={run}', "is a training run's file or folder"),
+    ('tools/eval_lm.py', '--ckpt={bad}/text.pt --out={bad}/text.pt', 'is an input of'),
+    ('tools/eval_lm.py', '--out={bad}/afile', 'was not written by tools/eval_lm.py'),
+    ('tools/eval_lm.py', '--out=/proc/x/l.json', 'cannot write /proc/x/l.json'),
+    # the tools that write a folder of results, and a dataset's preparation
+    ('tools/gpu_check.py', '--out={run}', "is a training run's file or folder"),
+    ('tools/gpu_check.py', '--out={bad}/afile', 'was not written by tools/gpu_check.py'),
+    ('tools/gpu_check.py', '--out={bad}/checks', 'results.json exists and was not written'),
+    ('tools/study.py', '--out={run}', "is a training run's file or folder"),
+    ('tools/study.py', '--out={bad}/afile/x', 'is not a writable folder'),
+    ('data/shakespeare/prepare.py', '--out_dir={run}', "is a training run's file or folder"),
+    ('data/shakespeare/prepare.py', '--out_dir={bad}/afile', 'was not written by prepare.py'),
 ]
 
 # what each script is given besides the bad input: a command line that would run
@@ -273,7 +306,10 @@ BASE = {'train.py': TRAIN, 'eval_niah.py': (*SHORT, '--depths=[]'),
         'eval_loss.py': ('--ckpt={ckpt}', '--max_length=64'),
         'average_ckpts.py': ('--ckpt_dir={run}', '--last=2', '--out={tmp}/avg.pt'),
         'tools/export_hf.py': ('--ckpt={ckpt}', '--out={tmp}/export'),
-        'tools/probe_variance.py': ('--ckpt={ckpt}',)}
+        'tools/probe_variance.py': ('--ckpt={ckpt}',),
+        'tools/eval_lm.py': ('--ckpt={ckpt}', '--tasks=arc_easy'),
+        'tools/gpu_check.py': (), 'tools/study.py': ("--parts=['nope']",),  # a refusal, if not
+        'data/shakespeare/prepare.py': ()}
 
 
 def bad_files(d, data):
@@ -315,6 +351,7 @@ def world(tiny_data, tiny_run, tmp_path_factory):
     checkpoint.save({'optimizer': {}, 'step': 8}, str(bad / 'optim.pt'))
     (bad / 'text.pt').write_text("not a checkpoint\n")
     (bad / 'payload.pt').write_bytes(pickle.dumps(Payload()))
+    torch.save({**good, 'payload': Payload()}, bad / 'saved_payload.pt')  # a zip, as torch writes
     configs = (('cfg_list', '[]'), ('cfg_nofields', '{"model_type": "smollm3"}'),
                ('cfg_notjson', '{'))
     for name, config in configs:
@@ -331,6 +368,8 @@ def world(tiny_data, tiny_run, tmp_path_factory):
     settings = {'settings': {}}
     (bad / 'rows.jsonl').write_text(json.dumps(settings) + '\n{"no id": 1}\n{"id": "x"}\n')
     (bad / 'summary.json').write_text('{"mine": true}\n')  # a user's file, where a summary goes
+    (bad / 'checks').mkdir()
+    (bad / 'checks' / 'results.json').write_text('{"mine": true}\n')  # and where a self-check's
     (bad / 'empty.json').write_text('')
     (bad / 'list.json').write_text('[]')
     return {'data': tiny_data, 'run': tiny_run, 'ckpt': ckpt, 'bad': str(bad)}
@@ -357,6 +396,49 @@ def test_the_table_has_every_script_and_enough_cases():
 @pytest.mark.parametrize('script,args,message', CASES, ids=[f'{s}:{a}' for s, a, _ in CASES])
 def test_a_bad_input_is_one_line_and_leaves_everything_as_it_was(world, tmp_path, script, args,
                                                                  message):
+    refused(world, tmp_path, script, args, message)
+
+
+# Every writer's output aimed at a tiny run's files, at the run's folder and at its own input:
+# refused, nothing changed. A writer of <prefix>.json and more is aimed at each run file that
+# ends in a suffix of its (log.jsonl), and at the folder as 'run/'.
+PREFIXES = {'eval_niah.py': ('.json', '.jsonl', '.png'), 'eval_ruler.py': ('.json', '.jsonl'),
+            'tools/eval_helmet.py': ('.json', '.jsonl'), 'eval_loss.py': ('.json', '.png'),
+            'tools/probe_variance.py': ('.json', '.png')}
+WRITERS = {**dict.fromkeys(PREFIXES, '--out'), 'average_ckpts.py': '--out',
+           'tools/export_hf.py': '--out', 'tools/eval_lm.py': '--out',
+           'tools/gpu_check.py': '--out', 'tools/study.py': '--out',
+           'data/shakespeare/prepare.py': '--out_dir', 'train.py': '--out_dir'}
+RUN_FILES = ['ckpt_000004.pt', 'ckpt_000008.pt', 'optim_000008.pt', 'log.jsonl', 'lock']
+REFUSALS = ("is a training run's file or folder", 'is an input of', 'names a folder',
+            'cannot write to out_dir', 'already holds checkpoints of an earlier run')
+
+
+def aims(script):
+    if script in PREFIXES:
+        return [f'{{run}}/{f.removesuffix(x)}' for f in RUN_FILES for x in PREFIXES[script]
+                if f.endswith(x)] + ['{run}/']
+    return [f'{{run}}/{f}' for f in RUN_FILES] + ['{run}', '{ckpt}']
+
+
+WALK = [(s, f'{WRITERS[s]}={a}' + (' --dropout_type=vpad' if 'probe' in s else ''))
+        for s in WRITERS for a in aims(s)]
+
+
+def test_the_walk_has_every_writer():
+    assert set(WRITERS) == set(BASE) and len(WALK) >= 50
+
+
+@pytest.mark.parametrize('script,args', WALK, ids=[f'{s}:{a}' for s, a in WALK])
+def test_no_writer_writes_over_a_run_or_its_input(world, tmp_path, script, args):
+    said = refused(world, tmp_path, script, args)
+    assert any(r in said for r in REFUSALS), said
+
+
+def refused(world, tmp_path, script, args, message=''):
+    """Run script with BASE[script] and args ({data}, {run}, ... filled in; the later of a key
+    wins) -> what it said, having checked that it was refused in one line that holds message, and
+    that no file changed under the test's folders or at the repository's root."""
     places = {**world, 'tmp': str(tmp_path)}
 
     def fill(text):  # {data}, {run}, ... -> their paths (not str.format: the values hold braces)
@@ -371,3 +453,4 @@ def test_a_bad_input_is_one_line_and_leaves_everything_as_it_was(world, tmp_path
     assert '\n' not in said.strip() and 'Traceback' not in said
     assert files(*watched) == before and sorted(os.listdir(ROOT)) == root
     assert not os.path.exists(os.path.join(ROOT, 'PWNED'))
+    return said

@@ -66,7 +66,7 @@ if __name__ == '__main__':
     names = helmet.task_list(tasks)
     paths, views, outs, table = measures.eval_rows(ckpt, labels, sw, window, out, table, '_helmet',
                                                    'tools/eval_helmet.py')  # checked first
-    data = ruler.Data(essay=essay)
+    data = ruler.Data(essay=ruler.given_essay(essay))
     what = (f"{samples} samples per task and length; ruler_recall, JSON KV "
             f"substring_exact_match; x100")
     rows = []

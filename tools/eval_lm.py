@@ -7,7 +7,8 @@ tools/lengthgen.py's lm-eval LM over our own forward pass, KV cache and tokenize
     python -m tools.eval_lm --ckpt=out/nape/ckpt_000953.pt --batch_size=16 \\
         --tasks=arc_easy,arc_challenge,hellaswag,piqa,winogrande,openbookqa,boolq,lambada_openai
 
-Prints lm-eval's table and writes <ckpt>_lm_eval.json (lm-eval's results, its samples left out).
+Prints lm-eval's table and writes <ckpt>_lm_eval.json (lm-eval's results, its samples left out;
+an earlier one is replaced, nothing else: a run's files and the input are refused before the run).
 --include_path=<folder> adds local task YAMLs (lm-eval's own mechanism, for tasks only).
 lm-eval's own CLI with this model (`--model lengthgen`), and how its requests are answered:
 tools/lengthgen.py.
@@ -27,7 +28,9 @@ if __name__ == '__main__':
     from lm_eval.tasks import TaskManager
     from lm_eval.utils import handle_non_serializable, make_table
 
+    import checkpoint
     from configurator import configure
+    from measures import is_summary
 
     # -------------------------------------------------------------------------
     ckpt = ''  # a checkpoint file or a weights folder
@@ -51,8 +54,8 @@ if __name__ == '__main__':
     if include_path and not os.path.isdir(include_path):
         raise SystemExit(f"--include_path={include_path} is not a folder")
     out = out or ckpt.removesuffix('.pt').rstrip('/') + '_lm_eval.json'
-    if not os.path.isdir(os.path.dirname(os.path.abspath(out))):
-        raise SystemExit(f"--out={out}: its folder does not exist")
+    # never over a run's file, the checkpoint or anything not ours; an earlier result is replaced
+    checkpoint.check_output(out, True, is_summary, 'tools/eval_lm.py', [ckpt])
     manager = TaskManager(include_path=include_path or None)
     names = lengthgen.task_names(tasks, manager)  # unknown names are said before the model loads
     try:
@@ -65,8 +68,9 @@ if __name__ == '__main__':
     print(make_table(results))
     if results.get('groups'):
         print(make_table(results, 'groups'))
-    with open(out, 'w') as f:
+    with open(out + '.tmp', 'w') as f:  # then renamed: an earlier result stays whole until then
         kept = {k: v for k, v in results.items() if k != 'samples'}
         json.dump({'ckpt': ckpt, 'step': lm.step, 'tasks': names, **kept}, f, indent=2,
                   default=handle_non_serializable)
+    os.replace(out + '.tmp', out)
     print(f"wrote {out}")

@@ -41,7 +41,10 @@ globals().update(configure(globals(), sys.argv[1:]))
 if not ckpt or not out:
     raise SystemExit("give --ckpt=<checkpoint file> and --out=<folder>")
 checkpoint.check_output(out, overwrite, lambda p: os.path.exists(os.path.join(p, MARK)),
-                        'tools/export_hf.py')
+                        'tools/export_hf.py', [ckpt, source])
+if source and not weights.hub_id(source) and not os.path.isdir(source):  # given: it must be
+    raise SystemExit(f"--source={source} is not a folder: give the released weights' folder "
+                     f"(or a hub name), or no --source")
 try:
     model, _, info = checkpoint.load_model(ckpt)
 except (OSError, RuntimeError, ValueError) as e:

@@ -53,6 +53,23 @@ quick = False
 out = 'gpu_check'  # results.json and results.md go here
 # -----------------------------------------------------------------------------
 globals().update(configure(globals(), sys.argv[1:]))
+
+
+def is_results(path):
+    """Whether path is an earlier self-check's results.json (its results.md goes with it)."""
+    try:
+        with open(path) as f:
+            return {'device', 'torch', 'results'} <= json.load(f).keys()
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+# out: a folder of its own (never a run's), whose earlier results are replaced; checked first
+results_json = os.path.join(out, 'results.json')
+checkpoint.check_output(out, True, os.path.isdir, 'tools/gpu_check.py')
+checkpoint.check_output(results_json, True, is_results, 'tools/gpu_check.py')
+checkpoint.check_output(os.path.join(out, 'results.md'), True, lambda p: is_results(results_json),
+                        'tools/gpu_check.py')
 device = 'cpu' if dry_run else 'cuda'
 if not dry_run and not torch.cuda.is_available():
     raise SystemExit("no CUDA device: run this on a GPU, or --dry_run=True to check the script "

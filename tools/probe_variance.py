@@ -11,7 +11,7 @@ inputs), averaged over matrices per layer and over the first and second half of 
 Figure 3 (the paper, SmolLM3-3B: PL-D 0.29 / 0.37, VPAD 0.09 / 0.06); beside it the ratio r
 that predicts the error (dropout.variance_error: docs/vpad.md derives it). Then the
 pre-norm view: the cosine between each block's normalised input with and without pre-norm
-dropout. Writes <ckpt>_probe_<type>.json and .png.
+dropout. Writes <ckpt>_probe_<type>.json and .png (an earlier probe's are replaced, nothing else).
 """
 
 import json
@@ -23,7 +23,7 @@ import torch
 
 from configurator import configure
 from dropout import pre_linear
-from measures import load_for_eval, pre_norm_drift, variance_mismatch
+from measures import eval_outputs, load_for_eval, pre_norm_drift, variance_mismatch
 from tokens import TokenData, batch_rng
 
 # Fig. 3, first / last 18 layers of SmolLM3-3B
@@ -60,14 +60,19 @@ try:
     op = pre_linear(dropout_type, p, vpad_variant or c.vpad_variant)
 except ValueError as e:
     raise SystemExit(f"config error: {e}")
+out = out or f"{ckpt.removesuffix('.pt').rstrip('/')}_probe_{dropout_type}"
+eval_outputs(out, 'tools/probe_variance.py', results=False, overwrite=True)  # before the work
 config = info.get('config', {})
+length = length or config.get('block_size') or 1024
 try:
     data = TokenData(data_dir or config.get('data_dir', ''), split)
 except (FileNotFoundError, ValueError) as e:
     raise SystemExit(str(e))
-length = length or config.get('block_size') or 1024
 torch.manual_seed(seed)
-idx = data.batch(batch_size, length, batch_rng(seed, 1))[0].to(device)
+try:
+    idx = data.batch(batch_size, length, batch_rng(seed, 1))[0].to(device)
+except ValueError as e:  # no document as long as the window
+    raise SystemExit(f"{e}: give a shorter --length")
 
 rows = variance_mismatch(model, idx, op)
 drift = pre_norm_drift(model, idx, p)
@@ -96,7 +101,6 @@ for l, v in layers.items():
 print(f"\nrelative variance error, first / second half of the layers: {halves[0]:.3f} / "
       f"{halves[1]:.3f}   (paper, SmolLM3-3B: {PAPER[dropout_type][0]} / {PAPER[dropout_type][1]})")
 
-out = out or f"{ckpt.removesuffix('.pt').rstrip('/')}_probe_{dropout_type}"
 with open(out + '.json', 'w') as f:
     json.dump({'ckpt': ckpt, 'dropout_type': dropout_type, 'p': p,
                'vpad_variant': op.variant if dropout_type == 'vpad' else None,

@@ -102,6 +102,7 @@ eval_run = ''  # internal: evaluate one finished run (<part>/<variant>/s<seed>) 
 report = ''
 # -----------------------------------------------------------------------------
 globals().update(configure(globals(), sys.argv[1:]))
+checkpoint.check_output(out, True, os.path.isdir, 'tools/study.py')  # a folder of its own, or new
 
 # the paper's regularizers; every dropout variant without weight decay, as in the paper
 VARIANTS = {

@@ -19,6 +19,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..'))
+import checkpoint  # noqa: E402
 from tokens import Tokenizer, write_shard  # noqa: E402
 
 VAL_PLAYS = ['hamlet', 'macbeth', 'richard_iii', 'twelfth_night']  # 568K characters, 11%
@@ -41,6 +42,7 @@ def main():
     args = parser.parse_args()
     out_dir = args.out_dir or os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                            args.tokenizer)
+    checkpoint.check_output(out_dir, True, os.path.isdir, 'prepare.py')  # not a run's, writable
     os.makedirs(out_dir, exist_ok=True)
 
     # the modern-spelling texts only (*_gut.txt); the *_gut_f.txt First Folio copies would repeat
