@@ -19,6 +19,11 @@ def dry_run(tmp_path, *flags):
     assert out['dry_run'] and not [c for c, s in status.items() if s in ('FAIL', 'ERROR')]
     table = (tmp_path / 'results.md').read_text()
     assert table.count('\n| ') == len(status) + 1 and 'CPU (dry run)' in table
+    # the torch that ran it, against the pin
+    pin = next(line.split('==')[1].split()[0] for line in open(f'{ROOT}/requirements.txt')
+               if line.startswith('torch=='))
+    assert out['torch_pin'] == pin
+    assert f"torch {out['torch']} (requirements.txt pins {pin})" in table
     return status, figure, table
 
 

@@ -120,6 +120,7 @@ CASES = [
     ('train.py', '--init_from={ckpt} --n_embd=64', 'continued pre-training takes the architecture'),
     ('train.py', '--init_from={ckpt} --model_type=mamba2', 'but the config sets model_type'),
     ('train.py', '--init_from=resume', 'holds no checkpoint yet: start the run again'),
+    ('train.py', '--out_dir={bad}/started --init_from=resume', 'without --init_from=resume'),
     ('train.py', '--init_from={bad}/saved_payload.pt', 'holds objects other than tensors'),
     # train.py: the run folder
     ('train.py', '--out_dir=/proc/x', 'cannot write to out_dir /proc/x'),
@@ -368,6 +369,8 @@ def world(tiny_data, tiny_run, tmp_path_factory):
     settings = {'settings': {}}
     (bad / 'rows.jsonl').write_text(json.dumps(settings) + '\n{"no id": 1}\n{"id": "x"}\n')
     (bad / 'summary.json').write_text('{"mine": true}\n')  # a user's file, where a summary goes
+    (bad / 'started').mkdir()  # a run killed before its first checkpoint: its start record
+    (bad / 'started' / 'log.jsonl').write_text('{"event": "start", "iter": 0, "session": 0}\n')
     (bad / 'checks').mkdir()
     (bad / 'checks' / 'results.json').write_text('{"mine": true}\n')  # and where a self-check's
     (bad / 'empty.json').write_text('')

@@ -70,6 +70,12 @@ checkpoint.check_output(out, True, os.path.isdir, 'tools/gpu_check.py')
 checkpoint.check_output(results_json, True, is_results, 'tools/gpu_check.py')
 checkpoint.check_output(os.path.join(out, 'results.md'), True, lambda p: is_results(results_json),
                         'tools/gpu_check.py')
+# the torch that runs the checks, against the one requirements.txt pins (GPU images often lag it)
+with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                       'requirements.txt')) as f:
+    pin = next((line.split('==')[1].split()[0] for line in f if line.startswith('torch==')), '?')
+version = f"torch {torch.__version__} (requirements.txt pins {pin})"
+print(version, flush=True)
 device = 'cpu' if dry_run else 'cuda'
 if not dry_run and not torch.cuda.is_available():
     raise SystemExit("no CUDA device: run this on a GPU, or --dry_run=True to check the script "
@@ -590,10 +596,10 @@ command = ('python -m tools.gpu_check' + (' --quick=True' if quick else '')
            + (' --dry_run=True' if dry_run else ''))
 os.makedirs(out, exist_ok=True)
 with open(os.path.join(out, 'results.json'), 'w') as f:
-    json.dump({'device': name, 'torch': torch.__version__, 'dry_run': dry_run, 'quick': quick,
-               'results': results}, f, indent=1)
+    json.dump({'device': name, 'torch': torch.__version__, 'torch_pin': pin, 'dry_run': dry_run,
+               'quick': quick, 'results': results}, f, indent=1)
 with open(os.path.join(out, 'results.md'), 'w') as f:
-    f.write(f"GPU self-check on {name}, torch {torch.__version__}: `{command}`\n\n")
+    f.write(f"GPU self-check on {name}, {version}: `{command}`\n\n")
     f.write("| check | status | figure |\n|---|---|---|\n")
     f.writelines(f"| {r['check']} | {r['status']} | {r['figure']} |\n" for r in results)
 failed = [r['check'] for r in results if r['status'] in ('FAIL', 'ERROR')]
