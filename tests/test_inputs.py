@@ -309,7 +309,8 @@ BASE = {'train.py': TRAIN, 'eval_niah.py': (*SHORT, '--depths=[]'),
         'tools/export_hf.py': ('--ckpt={ckpt}', '--out={tmp}/export'),
         'tools/probe_variance.py': ('--ckpt={ckpt}',),
         'tools/eval_lm.py': ('--ckpt={ckpt}', '--tasks=arc_easy'),
-        'tools/gpu_check.py': (), 'tools/study.py': ("--parts=['nope']",),  # a refusal, if not
+        # --parts=['nope']: the study refuses it, should its output's guard let it through
+        'tools/gpu_check.py': (), 'tools/study.py': ("--parts=['nope']",),
         'data/shakespeare/prepare.py': ()}
 
 
@@ -396,6 +397,27 @@ def test_the_table_has_every_script_and_enough_cases():
     assert len({(script, args) for script, args, _ in CASES}) == len(CASES)
 
 
+def refused(world, tmp_path, script, args, message=''):
+    """Run script with BASE[script] and args ({data}, {run}, ... filled in; the later of a key
+    wins) -> what it said, having checked that it was refused in one line that holds message, and
+    that no file changed under the test's folders or at the repository's root."""
+    places = {**world, 'tmp': str(tmp_path)}
+
+    def fill(text):  # {data}, {run}, ... -> their paths (not str.format: the values hold braces)
+        for key, value in places.items():
+            text = text.replace('{' + key + '}', value)
+        return text
+    argv = [fill(a) for a in (*BASE[script], *re.split(r' (?=--)', args)) if a]  # the later wins
+    watched = (world['data'], world['run'], world['bad'], str(tmp_path))
+    before, root = files(*watched), sorted(os.listdir(ROOT))
+    code, said = run_script(script, *argv)
+    assert code == 1 and fill(message) in said, said
+    assert '\n' not in said.strip() and 'Traceback' not in said
+    assert files(*watched) == before and sorted(os.listdir(ROOT)) == root
+    assert not os.path.exists(os.path.join(ROOT, 'PWNED'))
+    return said
+
+
 @pytest.mark.parametrize('script,args,message', CASES, ids=[f'{s}:{a}' for s, a, _ in CASES])
 def test_a_bad_input_is_one_line_and_leaves_everything_as_it_was(world, tmp_path, script, args,
                                                                  message):
@@ -436,24 +458,3 @@ def test_the_walk_has_every_writer():
 def test_no_writer_writes_over_a_run_or_its_input(world, tmp_path, script, args):
     said = refused(world, tmp_path, script, args)
     assert any(r in said for r in REFUSALS), said
-
-
-def refused(world, tmp_path, script, args, message=''):
-    """Run script with BASE[script] and args ({data}, {run}, ... filled in; the later of a key
-    wins) -> what it said, having checked that it was refused in one line that holds message, and
-    that no file changed under the test's folders or at the repository's root."""
-    places = {**world, 'tmp': str(tmp_path)}
-
-    def fill(text):  # {data}, {run}, ... -> their paths (not str.format: the values hold braces)
-        for key, value in places.items():
-            text = text.replace('{' + key + '}', value)
-        return text
-    argv = [fill(a) for a in (*BASE[script], *re.split(r' (?=--)', args)) if a]  # the later wins
-    watched = (world['data'], world['run'], world['bad'], str(tmp_path))
-    before, root = files(*watched), sorted(os.listdir(ROOT))
-    code, said = run_script(script, *argv)
-    assert code == 1 and fill(message) in said, said
-    assert '\n' not in said.strip() and 'Traceback' not in said
-    assert files(*watched) == before and sorted(os.listdir(ROOT)) == root
-    assert not os.path.exists(os.path.join(ROOT, 'PWNED'))
-    return said
