@@ -3,7 +3,8 @@ The attention operator of model.py and its backends, apart from the modules that
 function, attention(), takes queries and keys at absolute positions with an ALiBi bias and a
 window, and attention_kernel() alone chooses how to compute it:
 
-- 'flash': SDPA's fused causal kernels (no bias, no window);
+- 'flash': SDPA's fused causal kernels (no bias, no window), FlashAttention-2's for attention
+  dropout in half precision, made unbiased;
 - 'sdpa': SDPA with an explicit mask and bias, queries in slices that bound the mask's size;
 - 'flex': FlexAttention, a block mask and a score_mod (fused ALiBi and windows on CUDA);
 - 'manual': the scores written out, normalised by softmax or alpha-entmax (ASEntmax; the sort-based
@@ -13,6 +14,7 @@ window, and attention_kernel() alone chooses how to compute it:
 
 import functools
 import math
+import struct
 
 import torch
 import torch.nn.functional as F
@@ -48,6 +50,8 @@ def attention(q, k, v, *, q_start=0, k_start=0, slopes=None, window=0, dropout_p
     if kernel == 'flex':
         return flex(q, k, v, q_start - k_start, slopes, window)
     if kernel == 'flash':
+        if dropout_p > 0 and q.is_cuda and q.element_size() < 4:
+            return flash_dropout(q, *repeat_kv(q, k, v), dropout_p)
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p,
                                               enable_gqa=q.size(1) != k.size(1))
     # an explicit mask, or the scores written out: queries go in slices of `rows`, so that a long
@@ -71,6 +75,28 @@ def attention(q, k, v, *, q_start=0, k_start=0, slopes=None, window=0, dropout_p
 
 def fused_entmax(q, k, v):
     return adasplash(q, k, v, alpha=1.5, is_causal=True)
+
+
+def flash_dropout(q, k, v, p):
+    """Causal attention with dropout p in half precision through FlashAttention-2's kernel, made
+    unbiased. The kernel keeps a probability where an 8-bit random number is at most
+    floor(255 (1-p)), so with probability flash_keep(p), and rescales by 1/(1-p): E[y] = 0.99826 v
+    at p = 0.1 (an H100 measured -1.7e-3). Times (1-p) / flash_keep(p), E[y] = v exactly. SDPA
+    could pick another kernel with its own rounding, so this calls FlashAttention-2's itself."""
+    y = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, p, True)[0]  # (B, H, T, hd)
+    return y * ((1 - p) / flash_keep(p))
+
+
+@torch.compiler.assume_constant_result  # a number for dynamo, not a graph break
+def flash_keep(p):
+    """The probability that FlashAttention-2 keeps an entry at dropout p: floor(255 (1-p)) + 1 of
+    256, with 1-p in float32 and compared with <= (PyTorch's flash_api.cpp)."""
+    keep = float32(1.0 - float32(p))  # 1.f - p_dropout
+    return (math.floor(keep * 255.0) + 1) / 256
+
+
+def float32(x):
+    return struct.unpack('f', struct.pack('f', x))[0]
 
 
 def attention_kernel(backend, q, k, q_start, k_start, slopes, window, dropout_p, alpha):
@@ -113,14 +139,19 @@ def mask_and_bias(q_start, Tq, k_start, Tk, slopes, window, device):
 def masked_sdpa(q, k, v, q_start, k_start, slopes, window, dropout_p):
     """SDPA with an explicit mask (and bias) for queries at q_start.. over keys at k_start.."""
     allowed, bias = mask_and_bias(q_start, q.size(2), k_start, k.size(2), slopes, window, q.device)
-    if bias is None:
+    # attention dropout in half precision on CUDA goes to float32 too: the fused kernel that takes a
+    # mask scales the kept probabilities by 1/(1-p) in q's dtype (1.109375 in bf16 at p = 0.1, so
+    # E[y] = 0.9984 v), exactly in float32
+    half_dropout = dropout_p > 0 and q.is_cuda and q.element_size() < 4
+    if bias is None and not half_dropout:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=dropout_p)
     # the bias in float32, and so the attention: in bf16, m_h * distance would be off by up to 2^-9
     # of itself (0.03 at a distance of 100 with m_h = 1/16), and SDPA's kernels take a mask of q's
     # dtype (1, H, Tq, Tk): with a batch dim SDPA's fused CPU kernel takes the mask; a 3-d one sends
     # it to the math kernel (torch 2.13): the quick start's training step 1.3x slower, a 2048-token
     # forward 2x
-    mask = bias.masked_fill(~allowed, float('-inf'))[None]  # (1, H, Tq, Tk)
+    # (1, H, Tq, Tk) with the bias, else (Tq, Tk)
+    mask = allowed if bias is None else bias.masked_fill(~allowed, float('-inf'))[None]
     # autocast would cast the inputs back to bf16
     with torch.autocast(q.device.type, enabled=False):
         y = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask,

@@ -102,7 +102,7 @@ def test_context_mode_fails_when_a_measuring_process_does(tmp_path):
                        timeout=120)
     assert r.returncode == 0, r.stderr
     # one row per model
-    assert len([l for l in r.stdout.splitlines() if l.split()[-4:-3] == ['32']]) == 3
+    assert len([l for l in r.stdout.splitlines() if l.split()[-6:-5] == ['32']]) == 3
     r = subprocess.run([*args, '--context_lengths=[32]', '--pos_encoding=learned',
                         '--block_size=16'],
                        cwd=ROOT, capture_output=True, text=True, timeout=120)

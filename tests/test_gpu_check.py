@@ -28,10 +28,10 @@ def dry_run(tmp_path, *flags):
 
 
 def test_quick_dry_run(tmp_path):
-    """The quick check's five parts, each through its code path on CPU with flex forced where
-    CPU runs it. The compiled NAPE + VPAD step is one graph: dynamo's counters are read before the
-    eager reference, whose flex compiles itself and adds a graph of its own (read after it, the
-    check would say 2 and fail a correct step on every GPU)."""
+    """The quick check's parts, each through its code path on CPU with flex forced where CPU runs
+    it. Each compiled step is one graph: dynamo's counters are read before the eager reference,
+    whose flex compiles itself and adds a graph of its own (read after it, the check would say 2
+    and fail a correct step on every GPU)."""
     status, figure, table = dry_run(tmp_path, '--quick=True')
     assert '`python -m tools.gpu_check --quick=True --dry_run=True`' in table
     attention = [c for c in status if c.startswith('attention vs float64')]
@@ -39,28 +39,48 @@ def test_quick_dry_run(tmp_path):
     assert len(attention) == 2 * 2 * 3 and all(status[c] == 'PASS' for c in attention)
     assert all(k in figure[c] for c in attention if 'softmax' in c
                for k in ('flex', 'sdpa', 'manual'))
-    assert [c for c in status if c.startswith('compiled vs eager')] == ['compiled vs eager, VPAD']
-    assert status['compiled vs eager, VPAD'] == 'PASS'
+    # the maths with fixed masks, PASS or FAIL; VPAD's drawn masks, INFO
+    compiled = {c: s for c, s in status.items() if c.startswith('compiled vs eager')}
+    assert compiled == {'compiled vs eager, none, fixed masks': 'PASS',
+                        'compiled vs eager, PL-D, fixed masks': 'PASS',
+                        'compiled vs eager, VPAD, fixed masks': 'PASS',
+                        'compiled vs eager, VPAD, drawn masks': 'INFO',
+                        'compiled vs eager, VPAD, drawn masks, reordering off': 'INFO'}
     # flex, forced
-    assert '1 graph(s), 0 graph break(s); forward only' in figure['compiled vs eager, VPAD']
-    assert [status[c] for c in status if c.startswith('dropout under bf16')] == ['PASS'] * 3
+    assert '1 graph(s), 0 graph break(s); forward only' in figure['compiled vs eager, VPAD, ' \
+                                                                  'fixed masks']
+    sites = {c: s for c, s in status.items() if c.startswith('dropout masks')}
+    assert sites == {f'dropout masks, {n}, compiled{r}': 'PASS' for n in ('PL-D', 'VPAD')
+                     for r in ('', ', activation checkpointing')}
+    assert all('12 sites: 0 units' in figure[c] for c in sites)  # 2 layers of 6 sites
+    assert [status[c] for c in status if c.startswith('dropout under bf16')] == ['PASS'] * 5
+    assert 'kernel flash' in figure['dropout under bf16, attention dropout, causal']
+    # speed beside nanoGPT's model, INFO (the goal is the whole run's)
+    assert [c.split(', ')[-1] for c in status if c.startswith('speed')] == [
+        'nanoGPT', 'none', 'PL-D', 'VPAD']
+    assert all(status[c] == 'INFO' and 'the time of none' in figure[c]
+               for c in status if c.startswith('speed'))
     assert status['ASEntmax at its micro-batch'] == 'INFO'  # no memory to measure on CPU
     assert [status[c] for c in status if c.startswith('prefill and decoding')] == ['PASS'] * 2
-    assert len(status) == 12 + 1 + 3 + 1 + 2  # and nothing of the whole run
+    # compile time apart; no bound without a GPU's peak and bandwidth
+    assert all(status[c] == 'INFO' and 'the first run, compiling' in figure[c]
+               for c in status if c.startswith('steady state'))
+    assert len(status) == 12 + 5 + 4 + 5 + 4 + 1 + 4  # and nothing of the whole run
 
 
 def test_dry_run_runs_every_part(tmp_path):
     status, figure, _ = dry_run(tmp_path)
     correctness = [c for c in status
                    if c.startswith(('attention vs float64', 'compiled vs eager',
-                                    'dropout under bf16', '20 bf16', 'FSDP2',
+                                    'dropout masks', 'dropout under bf16', '20 bf16', 'FSDP2',
                                     'activation checkpointing'))]
-    assert (len(correctness) == 12 + 4 + 3 + 2 + 1 + 2
-            and all(status[c] == 'PASS' for c in correctness))
+    assert len(correctness) == 12 + 6 + 8 + 5 + 2 + 1 + 2
+    assert all(status[c] == 'PASS' for c in correctness if 'drawn masks' not in c)
     # no kernels on CPU, and it says so
     assert status['mamba_ssm kernels vs the PyTorch scan'] == 'SKIP'
-    assert {'the same size as nanoGPT', 'Mamba2-85M', 'ASEntmax at its micro-batch',
-            'prefill and decoding at 512'} <= set(status)
+    assert {'Mamba2-85M', 'ASEntmax at its micro-batch', 'prefill and decoding at 512',
+            'speed, NAPE 2L/64 at 64, nanoGPT', 'speed, NAPE 2L/64 at 64, attention dropout',
+            'dropout masks, Mamba2 PL-D, compiled, activation checkpointing'} <= set(status)
     # SDPA: gradients compared too
-    assert 'forward only' not in figure['compiled vs eager, attention dropout']
-    assert 'forward only' not in figure['compiled vs eager, Mamba2']
+    assert 'forward only' not in figure['compiled vs eager, attention dropout, fixed masks']
+    assert 'forward only' not in figure['compiled vs eager, Mamba2, fixed masks']

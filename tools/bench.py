@@ -188,7 +188,8 @@ if __name__ == '__main__':
         print(f"{n_layer} layers x {n_embd}, {device} {dtype}: a random prompt, prefilled in "
               f"chunks of {prefill_chunk}, then {gen_tokens} greedy tokens; "
               f"each in a fresh process")
-        print(f"{'model':>16} {'length':>8} {'prefill s':>10} {'ms/token':>10} {'peak MB':>10}")
+        print("steady state; in brackets the first run, the compile included")
+        print(f"{'model':>16} {'length':>8} {'prefill s':>18} {'ms/token':>18} {'peak MB':>10}")
         for name, (kind, args) in variants.items():
             for L in context_lengths:
                 queue = spawn.Queue()
@@ -197,8 +198,10 @@ if __name__ == '__main__':
                     args=(kind, args, L, gen_tokens, prefill_chunk, device, dtype, queue))
                 p.start()
                 r = child_result(p, queue)
-                print(f"{name:>16} {L:>8} {r['prefill_s']:>10.2f} {r['ms_per_token']:>10.1f} "
-                      f"{r['peak_mb']:>10.0f}", flush=True)
+                prefill = f"{r['prefill_s_steady']:.2f} ({r['prefill_s_first']:.2f})"
+                decode = f"{r['ms_per_token_steady']:.1f} ({r['ms_per_token_first']:.1f})"
+                print(f"{name:>16} {L:>8} {prefill:>18} {decode:>18} {r['peak_mb']:>10.0f}",
+                      flush=True)
     else:
         raise SystemExit(f"mode must be 'train', 'nanogpt', 'methods', 'hf_mamba' or 'context', "
                          f"got {mode!r}")

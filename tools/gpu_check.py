@@ -3,7 +3,7 @@ The GPU self-check: first correctness, then speed and memory, one line each with
 and its figure against a stated bound; a part that fails or crashes never stops the others.
 
     python -m tools.gpu_check --quick=True     # on a GPU, first: the checks that matter most,
-                                               # about 5 minutes
+                                               # about 5-8 minutes
     python -m tools.gpu_check                  # everything, about 10-15 minutes on one H100/H200
     python -m tools.gpu_check --dry_run=True   # tiny sizes on CPU, every part through the paths
                                                # CPU has (tests)
@@ -12,17 +12,22 @@ Both write gpu_check/results.json and results.md. It installs nothing. The fused
 checked only when they import (pip install mamba-ssm causal-conv1d --no-build-isolation); otherwise
 that part says SKIP.
 
-The quick run: (a) the compiled NAPE + VPAD step of configs/scratch.py against eager, loss and
-gradients, with its graph and break counts; (b) attention.attention on each backend against float64
-at query offsets 0 / 8K / 64K, fp32 and bf16, softmax and entmax; (c) a 64K chunked prefill and 32
-decoded tokens: recompiles, host syncs per token, and the peak memory against hardware.py's
-estimate; (d) a step of configs/asentmax_wd.py, its peak memory against the estimate; (e) dropout's
-mean under bf16 (E[D(x)] = x), eager, compiled and SDPA's attention dropout.
-The whole run adds: the compiled step of every variant; the mamba_ssm kernels against the PyTorch
-scan; 20 bf16 training steps against fp32 (NAPE and ASEntmax); FSDP2 + compile + activation
-checkpointing + flex, as configs/smollm3_cpt.py composes them, against eager; tokens/s, MFU and
-memory of every regularizer at paper size (the goal: PL-D and VPAD within 1.05x of none), nanoGPT
-at the same size, Mamba2-85M; prefill and decoding at 8K / 32K / 64K.
+The quick run: (a) attention.attention on each backend against float64 at query offsets 0 / 8K /
+64K, fp32 and bf16, softmax and entmax; (b) the compiled training step of configs/scratch.py's
+model (4 layers) against eager with fixed masks, none, PL-D and VPAD (tools/masks.py), and VPAD
+with its drawn masks, reordering passes on and off; (c) the dropout masks of PL-D and VPAD where
+they are used, compiled, with and without activation checkpointing: forward against backward, keep
+rates, kept scales, correlations; (d) dropout's mean under bf16 (E[D(x)] = x), eager, compiled,
+and attention dropout causal, windowed and with NAPE; (e) tokens/s, MFU and peak memory of none,
+PL-D and VPAD beside nanoGPT's model at the same size; (f) a step of configs/asentmax_wd.py, its
+peak memory against the estimate; (g) a 64K chunked prefill and 32 decoded tokens: recompiles, host
+syncs per token, the peak memory against hardware.py's estimate, then the steady state against the
+hardware's bounds. The first line says which torch runs it against requirements.txt's pin.
+The whole run adds: the compiled step of every variant; the masks of PN-D and Mamba2's PL-D; the
+mamba_ssm kernels against the PyTorch scan; 20 bf16 training steps against fp32 (NAPE and
+ASEntmax); FSDP2 + compile + activation checkpointing + flex, as configs/smollm3_cpt.py composes
+them, against eager; the speed of every regularizer (the goal: PL-D and VPAD within 1.05x of
+none), Mamba2-85M; prefill and decoding at 8K / 32K / 64K.
 """
 
 import functools
@@ -35,9 +40,8 @@ import traceback
 import torch
 import torch._dynamo.utils
 import torch.distributed as dist
-import torch.nn.functional as F
 
-from tools import timing
+from tools import masks, timing
 import checkpoint
 import dropout as dropout_py
 import hardware
@@ -219,84 +223,87 @@ def _():
     return lines
 
 
-def worst_difference(loss, ref, grads, model):
-    """The largest relative difference of a loss from the reference's (ref, backward done) and of
-    each gradient in grads from the reference model's own."""
-    return max([abs(loss - ref.item()) / abs(ref.item()),
-                *(((g - p.grad).abs().max() / p.grad.abs().max().clamp(min=1e-12)).item()
-                  # no gradients: forward only
-                  for g, p in zip(grads, model.parameters()) if p.grad is not None)])
-
-
-def compiled_vs_eager(kind, a, B, T, steps=3):
-    """The compiled training step against eager: loss and gradients over `steps` steps, and dynamo's
-    graphs and breaks, read right after the compiled steps, before any eager call (eager flex
-    compiles itself, and its graph would count as the step's)."""
-    backward = not (dry_run and a.get('attn_backend') == 'flex')  # CPU's flex has no backward
-    torch._dynamo.reset()
-    counters.clear()
-    with torch._inductor.config.patch(fallback_random=True), torch.set_grad_enabled(backward):
-        compiled = build(kind, a).train()
-        step = torch.compile(compiled, backend=backend)
-        seen = []
-        for i in range(steps):
-            x, y = batch(a['vocab_size'], B, T, i)
-            torch.manual_seed(i)
-            loss = step(x, y)[1]
-            if backward:
-                loss.backward()
-            seen.append((loss.item(), [p.grad for p in compiled.parameters()]))
-            compiled.zero_grad(set_to_none=True)
-        graphs, breaks = counters['stats']['unique_graphs'], sum(counters['graph_break'].values())
-        eager = build(kind, a).train()
-        eager.load_state_dict(compiled.state_dict())
-        worst = 0.0
-        for i, (loss, grads) in enumerate(seen):
-            x, y = batch(a['vocab_size'], B, T, i)
-            torch.manual_seed(i)
-            real = torch.compiler.is_compiling
-            # the eager masks drawn as compiled code draws them
-            torch.compiler.is_compiling = lambda: True
-            try:
-                ref = eager(x, y)[1]
-            finally:
-                torch.compiler.is_compiling = real
-            if backward:
-                ref.backward()
-            worst = max(worst, worst_difference(loss, ref, grads, eager))
-            eager.zero_grad(set_to_none=True)
-    torch._dynamo.reset()
-    return worst, graphs, breaks, backward
-
-
 @check('compiled training step vs eager', in_quick=True)
 def _():
+    """With fixed masks (tools/masks.py: the same in both, whatever order compiled code draws them
+    in) the compiled step must compute what eager computes: PASS or FAIL. VPAD also with its drawn
+    masks, Inductor's reordering passes on (as training runs) and off: INFO, equal only where the
+    compiled step draws its masks in eager's order, which no correctness needs (the dropout masks
+    check tests the compiled masks themselves). 4 layers: what is checked is the graph, whose
+    blocks repeat, and a short context keeps it quick."""
     kind, args, T, B = SCRATCH
-    T, B = min(T, 256), 2  # what is checked is the graph; a short context keeps it quick
+    args, T, B = {**args, 'n_layer': min(args['n_layer'], 4)}, min(T, 256), 2
     cases = {**{n: (kind, {**args, **kw}) for n, kw in VARIANTS.items()},
              **{f'VPAD {v}': (kind, {**args, 'dropout_type': 'vpad', 'dropout': 0.1,
                                      'vpad_variant': v})
                 for v in 'BCD'},
-             'ASEntmax': ASENTMAX[:2],
+             'ASEntmax': (ASENTMAX[0], {**ASENTMAX[1], 'n_layer': min(ASENTMAX[1]['n_layer'], 4)}),
              'SWA': (kind, {**args, 'pos_encoding': ['rope', 'nope'], 'window': [64, 0]}),
              'Mamba2': (MAMBA[0], {**MAMBA[1], 'dropout_type': 'pre_linear', 'dropout': 0.1})}
     if quick:
-        cases = {'VPAD': cases['VPAD']}
+        cases = {k: cases[k] for k in ('none', 'PL-D', 'VPAD')}
     elif dry_run:  # one case per code path (flex, SDPA with dropout, entmax, the scan): on CPU,
         # tests/test_compile.py compiles every variant, gradients included
         cases = {k: cases[k] for k in ('VPAD', 'attention dropout', 'ASEntmax', 'Mamba2')}
+    drawn = {'drawn masks': ('drawn', {}), 'drawn masks, reordering off': (
+        'drawn', dict(reorder_for_peak_memory=False, reorder_for_locality=False))}
     lines = []
     for name, (k, a) in cases.items():
-        worst, graphs, breaks, backward = compiled_vs_eager(k, cpu_flex(k, a), B, T)
-        # the mamba_ssm kernels run outside the graph (torch.compiler.disable): a break each,
-        # by design
-        kernels_outside = (k == 'mamba2' and device == 'cuda'
-                           and mamba.mamba_chunk_scan_combined is not None)
-        ok = worst < 1e-4 and (kernels_outside or (graphs == 1 and breaks == 0))
-        lines.append((f"compiled vs eager, {name}", 'PASS' if ok else 'FAIL',
-                      f"max relative difference {worst:.1e} (bound 1e-4), {graphs} graph(s), "
-                      f"{breaks} graph break(s)"
-                      + ('' if backward else '; forward only (flex has no backward on CPU)')))
+        a = cpu_flex(k, a)
+        backward = not (dry_run and a.get('attn_backend') == 'flex')  # CPU's flex has no backward
+        runs = {'fixed masks': ('fixed', {}), **(drawn if name == 'VPAD' else {})}
+        for how, (mask_kind, inductor) in runs.items():
+            missing = [key for key in inductor if not hasattr(torch._inductor.config, key)]
+            if missing:  # an older torch
+                lines.append((f"compiled vs eager, {name}, {how}", 'SKIP',
+                              f"this torch has no Inductor setting {', '.join(missing)}"))
+                continue
+            (worst, where), graphs, breaks = masks.compiled_vs_eager(
+                lambda: build(k, a), lambda i: batch(a['vocab_size'], B, T, i), backend,
+                mask_kind, backward=backward, inductor=inductor)
+            # the mamba_ssm kernels run outside the graph (torch.compiler.disable): a break each,
+            # by design
+            kernels_outside = (k == 'mamba2' and device == 'cuda'
+                               and mamba.mamba_chunk_scan_combined is not None)
+            ok = worst < 1e-4 and (kernels_outside or (graphs == 1 and breaks == 0))
+            status = ('PASS' if ok else 'FAIL') if how == 'fixed masks' else 'INFO'
+            lines.append((f"compiled vs eager, {name}, {how}", status,
+                          f"max relative difference {worst:.1e} (bound 1e-4, in {where}), "
+                          f"{graphs} graph(s), {breaks} graph break(s)"
+                          + ('' if backward else '; forward only (flex has no backward on CPU)')))
+    return lines
+
+
+@check('dropout masks where they are used', in_quick=True)
+def _():
+    """tools/masks.site_masks: at every site of a training step, compiled as training compiles it
+    (Inductor's own random numbers), with and without activation checkpointing, the mask the
+    backward uses is the forward's, each keep rate and kept scale is right, and no two sites'
+    masks correlate (pytorch #198333's 4-wide path gave 4 neighbours one mask, and the recompute
+    another). 2 layers: the sites repeat in every block."""
+    kind, args, T, B = SCRATCH
+    args, T, B = {**args, 'n_layer': 2}, min(T, 256), 2
+    SIDE_EFFECTS = 'skip_fwd_side_effects_in_bwd_under_checkpoint'
+    cases = {n: (kind, {**args, **VARIANTS[n]}) for n in ('PL-D', 'VPAD')}
+    if not quick:
+        cases.update({'PN-D': (kind, {**args, **VARIANTS['PN-D']}),
+                      'Mamba2 PL-D': (MAMBA[0], {**MAMBA[1], 'n_layer': 2,
+                                                 **VARIANTS['PL-D']})})
+    lines = []
+    for name, (k, a) in cases.items():
+        x, y = batch(a['vocab_size'], B, T, 0)
+        for recompute in (False, True):
+            line = (f"dropout masks, {name}, compiled"
+                    + (', activation checkpointing' if recompute else ''))
+            if recompute and not hasattr(torch._dynamo.config, SIDE_EFFECTS):  # an older torch
+                lines.append((line, 'SKIP', f"this torch's dynamo has no {SIDE_EFFECTS}, which "
+                              f"the probe needs under activation checkpointing"))
+                continue
+            torch.manual_seed(0)
+            sites, breaks = masks.site_masks(build(k, a).train(), x, y, backend, recompute)
+            ok, _, figure = masks.judge(sites)
+            lines.append((line, 'PASS' if ok and breaks == 0 else 'FAIL',
+                          f"{figure}; {breaks} graph break(s) (bound 0)"))
     return lines
 
 
@@ -325,7 +332,8 @@ def _():
             loss.backward()
             seen.append((loss, m))
         (ref, plain), (loss, again) = seen
-        worst = worst_difference(loss.item(), ref, [p.grad for p in again.parameters()], plain)
+        worst = masks.relative_difference(loss.item(), ref, [p.grad for p in again.parameters()],
+                                          plain)[0]
         lines.append((f"activation checkpointing, {name}", 'PASS' if worst < 1e-4 else 'FAIL',
                       f"max relative difference of loss and gradients {worst:.1e} (bound 1e-4)"))
     torch._dynamo.reset()
@@ -334,10 +342,10 @@ def _():
 
 @check('dropout under bf16: E[D(x)] = x', in_quick=True)
 def _():
-    """Inverted dropout (PN-D, PL-D) eager and compiled, and SDPA's attention dropout, on bf16
-    inputs as autocast hands them on: the mean of D(x) within 5 standard errors of the mean of x (a
-    1/(1-p) rounded to bf16, 1.109375, would be off by 1.6e-3), the kept units scaled by 1/(1-p) to
-    1e-4."""
+    """Inverted dropout (PN-D, PL-D) eager and compiled, and attention dropout (causal, windowed,
+    NAPE), on bf16 inputs as autocast hands them on: the mean of D(x) within 5 standard errors of
+    the mean of x (a 1/(1-p) rounded to bf16, 1.109375, would be off by 1.6e-3; FlashAttention-2's
+    8-bit keep test uncorrected by 1.7e-3), the kept units scaled by 1/(1-p) to 1e-4."""
     p, n = 0.1, (2048 if dry_run else 4096)
     g = torch.Generator(device).manual_seed(0)
     x = (torch.rand(n, n, generator=g, device=device) + 0.5).bfloat16()
@@ -356,20 +364,29 @@ def _():
         lines.append((f"dropout under bf16, {name}", 'PASS' if ok else 'FAIL',
                       f"E[D(x)]/x - 1 = {mean - 1:+.1e} (bound {5 * se:.0e}), "
                       f"kept scale x (1-p) - 1 = {scale - 1:+.1e} (bound 1e-4)"))
-    # attention dropout: with all scores equal the output is the mean of the kept values,
-    # scaled; v = 1
-    H, T = (4, 512) if dry_run else (16, 4096)
+    # attention dropout, through attention() as the model calls it: q = 0, so that the output is
+    # the kept values' weighted mean, scaled; v = 1. Causal alone takes FlashAttention-2's kernel
+    # (attention.flash_dropout), a window or NAPE's bias the masked path
+    H, T, W = (4, 256, 64) if dry_run else (16, 2048, 512)
     q = torch.zeros(1, H, T, 64, device=device, dtype=torch.bfloat16)
     v = torch.ones_like(q)
-    # (1, H, T)
-    y = F.scaled_dot_product_attention(q, q, v, is_causal=True, dropout_p=p)[..., 0].double()
-    # row i averages i + 1 values: variance p/(1-p)/(i+1); the mean of all H T rows
-    se = ((p / (1 - p) * H * (1 / torch.arange(1, T + 1, dtype=torch.float64)).sum()).sqrt().item()
-          / (H * T))
-    mean = y.mean().item()
-    lines.append(("dropout under bf16, SDPA's attention dropout",
-                  'PASS' if abs(mean - 1) < 5 * se else 'FAIL',
-                  f"E[output]/v - 1 = {mean - 1:+.1e} (bound {5 * se:.0e})"))
+    slopes = model_py.alibi_slopes(H, 'nape').to(device)
+    for case, (m, w) in {'causal': (None, 0), 'window': (None, W), 'NAPE': (slopes, 0)}.items():
+        y = attention_py.attention(q, q, v, slopes=m, window=w, dropout_p=p)[..., 0].double()
+        # row i's variance: p/(1-p) sum_j P_ij^2, with the probabilities P in float64
+        pos = torch.arange(T, device=device, dtype=torch.float64)
+        distance = pos[:, None] - pos  # (T, T)
+        allowed = (distance >= 0) & (distance < w) if w else distance >= 0
+        scores = torch.zeros(H, T, T, device=device, dtype=torch.float64)
+        if m is not None:
+            scores = scores - m.double()[:, None, None] * distance
+        P = scores.masked_fill(~allowed, float('-inf')).softmax(-1)  # (H, T, T)
+        se = (p / (1 - p) * P.pow(2).sum()).sqrt().item() / (H * T)
+        mean = y.mean().item()
+        kernel = attention_py.attention_kernel('sdpa', q, q, 0, 0, m, w, p, 1.0)
+        lines.append((f"dropout under bf16, attention dropout, {case}",
+                      'PASS' if abs(mean - 1) < 5 * se else 'FAIL',
+                      f"E[output]/v - 1 = {mean - 1:+.1e} (bound {5 * se:.0e}; kernel {kernel})"))
     return lines
 
 
@@ -459,7 +476,7 @@ def _():
             x, y = batch(a['vocab_size'], 2, T, i)
             r = ref(x, y)[1]
             r.backward()
-            worst = max(worst, worst_difference(loss, r, grads, ref))
+            worst = max(worst, masks.relative_difference(loss, r, grads, ref)[0])
             ref.zero_grad(set_to_none=True)
     finally:
         dist.destroy_process_group()
@@ -505,28 +522,24 @@ def speed(models, vocab, T, B, steps=10, rounds=3):
     return figures
 
 
-@check('regularizers: tokens/s, MFU, memory')
+@check('regularizers: tokens/s, MFU, memory', in_quick=True)
 def _():
+    """The scratch config's model with each regularizer beside nanoGPT's model at the same size,
+    compiled, bf16, timed side by side. The goal (PL-D and VPAD within 1.05x of none) is judged by
+    the whole run; the quick one times none, PL-D and VPAD in fewer rounds, and says INFO."""
     kind, args, T, B = SCRATCH
-    figs = speed({n: build(kind, args, **kw) for n, kw in VARIANTS.items()}, args['vocab_size'], T,
-                 B if dry_run else 8)
-    base = figs['none'][0]
-    return [(f"speed, NAPE {args['n_layer']}L/{args['n_embd']} at {T}, {n}",
-             goal(base / tps <= 1.05) if n in ('PL-D', 'VPAD') else 'INFO',
-             f"{fig}, {base / tps:.2f}x the time of none")
-            for n, (tps, fig, _) in figs.items()]
-
-
-@check('the same size as nanoGPT')
-def _():
-    kind, args, T, B = SCRATCH
+    names = ('none', 'PL-D', 'VPAD') if quick else tuple(VARIANTS)
     torch.manual_seed(0)
     models = {'nanoGPT': timing.NanoGPT(args['vocab_size'], T, args['n_layer'], args['n_head'],
                                         args['n_embd']).to(device),
-              'model.py': build(kind, args)}
-    figs = speed(models, args['vocab_size'], T, B if dry_run else 8)
-    return 'INFO', f"model.py {figs['model.py'][1]}; nanoGPT {figs['nanoGPT'][1]}; " \
-                   f"{figs['nanoGPT'][0] / figs['model.py'][0]:.2f}x nanoGPT's time"
+              **{n: build(kind, args, **VARIANTS[n]) for n in names}}
+    steps, rounds = (5, 2) if quick else (10, 3)
+    figs = speed(models, args['vocab_size'], T, B if dry_run else 8, steps, rounds)
+    base = figs['none'][0]
+    return [(f"speed, NAPE {args['n_layer']}L/{args['n_embd']} at {T}, {n}",
+             goal(base / tps <= 1.05) if n in ('PL-D', 'VPAD') and not quick else 'INFO',
+             f"{fig}, {base / tps:.2f}x the time of none")
+            for n, (tps, fig, _) in figs.items()]
 
 
 @check('Mamba2-85M')
@@ -556,13 +569,17 @@ def _():
     recompile a few times (first shapes, then dynamic ones, then one query row), never past
     dynamo's limit, where flex would fall back to the unfused kernel and build the whole score
     matrix; decoding syncs with the host less than once per layer; the peak is what hardware.py
-    says."""
+    says. Then the steady state, compile apart (timing.context_times): prefill within 3x of its
+    FLOPs at the GPU's peak, a decoded token within 3x of reading the KV cache at the bandwidth
+    a copy measures."""
     kind, args, _, _ = SCRATCH
     args = cpu_flex(kind, args)
     with torch.device('meta'):
         shape = checkpoint.build_model(kind, args)
     lengths = (256, 512) if dry_run else (65536,) if quick else (8192, 32768, 65536)
     gen = 8 if dry_run else 32
+    _, peak_flops = hardware.peak_flops(device)
+    bandwidth = timing.bandwidth(device) if device == 'cuda' else None
     lines = []
     for L in lengths:
         chunk = L // 4 if dry_run else 4096
@@ -575,8 +592,7 @@ def _():
         graphs, breaks = counters['stats']['unique_graphs'], sum(counters['graph_break'].values())
         est = sum(hardware.inference_estimate(shape, L, chunk, bf16=not dry_run).values()) / 2 ** 30
         ok = graphs <= MAX_GRAPHS and breaks == 0
-        figure = f"prefill {r['prefill_s']:.2f} s, {r['ms_per_token']:.1f} ms/token, " \
-                 f"{graphs} graph(s) (bound {MAX_GRAPHS}), {breaks} break(s); "
+        figure = f"{graphs} graph(s) (bound {MAX_GRAPHS}), {breaks} break(s); "
         if device == 'cuda':
             peak, syncs = r['peak_mb'] / 1024, r['syncs_per_token']
             ok = ok and within(peak, est) and syncs < args['n_layer']
@@ -587,6 +603,21 @@ def _():
             figure += f"hardware.py's estimate {est * 1024:.1f} MB; " \
                       f"peak and syncs not measured on CPU"
         lines.append((f"prefill and decoding at {L}", 'PASS' if ok else 'FAIL', figure))
+        prefill, decode = r['prefill_s_steady'], r['ms_per_token_steady'] / 1000
+        figure = (f"prefill {prefill:.2f} s, {1000 * decode:.2f} ms per decoded token (the first "
+                  f"run, compiling: {r['prefill_s_first']:.2f} s, {r['ms_per_token_first']:.1f} "
+                  f"ms); ")
+        if peak_flops and bandwidth:
+            fast_prefill, fast_decode = r['prefill_flops'] / peak_flops, r['kv_bytes'] / bandwidth
+            status = goal(prefill <= 3 * fast_prefill and decode <= 3 * fast_decode)
+            figure += (f"bounds 3x {fast_prefill:.3f} s ({r['prefill_flops'] / 1e12:.0f} TFLOP at "
+                       f"{peak_flops / 1e12:.0f} TFLOP/s) and 3x {1000 * fast_decode:.2f} ms "
+                       f"({r['kv_bytes'] / 1e9:.2f} GB of keys and values at "
+                       f"{bandwidth / 1e12:.2f} TB/s, a copy's)")
+        else:
+            status = 'INFO'
+            figure += "no bound: no peak FLOP/s or bandwidth measured here"
+        lines.append((f"steady state at {L}", status, figure))
     return lines
 
 

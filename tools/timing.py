@@ -137,31 +137,72 @@ def child_result(p, queue):
 # with gradients on, a 64K prefill would keep every activation for a backward that never comes
 @torch.no_grad()
 def context_times(model_type, args, length, gen_tokens, chunk_size, device, dtype):
-    """Prefill time, decoding time per token, the peak memory and, on CUDA, the host syncs per
-    decoded token (a sync per layer would stall every token: tools/gpu_check.py bounds them)."""
+    """A chunked prefill of `length` random tokens and gen_tokens decoded greedily, twice: first
+    as an evaluation starts (the compiled flex and block masks compile on their first shapes),
+    then in steady state (a second prefill into a fresh cache; the decoded tokens after as many
+    again). -> the times of both, the peak memory, on CUDA the host syncs per decoded token (a sync
+    per layer would stall every token: tools/gpu_check.py bounds them), and the bytes of keys and
+    values each decoded token reads and the FLOPs of the prefill (the hardware's bounds; a
+    transformer's only)."""
     model = build(model_type, args, device).to(getattr(torch, dtype)).eval()
     idx = torch.randint(0, args['vocab_size'], (1, length), device=device)
-    cache = model.new_cache()
-    t0 = time.perf_counter()
-    for s in range(0, length, chunk_size):
-        x = model.hidden(idx[:, s:s + chunk_size], cache)
-    sync(device)
-    t1 = time.perf_counter()
     cuda = device.startswith('cuda')
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter('always')
-        if cuda:
-            torch.cuda.set_sync_debug_mode('warn')  # each synchronizing call warns
-        try:
+    r = {}
+    for run in ('first', 'steady'):
+        cache = model.new_cache()
+        t0 = time.perf_counter()
+        for s in range(0, length, chunk_size):
+            x = model.hidden(idx[:, s:s + chunk_size], cache)
+        sync(device)
+        t1 = time.perf_counter()
+        if run == 'steady':  # the first decoded shapes compile here, outside the timing
             for _ in range(gen_tokens):
                 x = model.hidden(model.lm_head(x[:, -1]).argmax(-1, keepdim=True), cache)
-        finally:
+            sync(device)
+            t1 = time.perf_counter()
+        kv = (*cache.k.values(), *cache.v.values()) if model_type == 'transformer' else ()
+        kv_bytes = sum(t.numel() * t.element_size() for t in kv)  # Mamba2's state: not counted
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter('always')
             if cuda:
-                torch.cuda.set_sync_debug_mode('default')
-    sync(device)
-    t2 = time.perf_counter()
+                torch.cuda.set_sync_debug_mode('warn')  # each synchronizing call warns
+            try:
+                for _ in range(gen_tokens):
+                    x = model.hidden(model.lm_head(x[:, -1]).argmax(-1, keepdim=True), cache)
+            finally:
+                if cuda:
+                    torch.cuda.set_sync_debug_mode('default')
+        sync(device)
+        t2 = time.perf_counter()
+        r[run] = {'prefill_s': t1 - t0, 'ms_per_token': 1000 * (t2 - t1) / gen_tokens}
     syncs = sum('synchroniz' in str(w.message) for w in caught) / gen_tokens if cuda else None
     peak = torch.cuda.max_memory_allocated() if cuda else \
         resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kilobytes on Linux
-    return {'prefill_s': t1 - t0, 'ms_per_token': 1000 * (t2 - t1) / gen_tokens,
-            'peak_mb': peak / 2 ** 20, 'syncs_per_token': syncs}
+    return {**{f'{k}_{run}': v for run, d in r.items() for k, v in d.items()},
+            'peak_mb': peak / 2 ** 20, 'syncs_per_token': syncs, 'kv_bytes': kv_bytes,
+            'prefill_flops': prefill_flops(model, length) if kv else None}
+
+
+def prefill_flops(model, length):
+    """The FLOPs of a forward over `length` tokens without the head (Transformer.hidden): 2 per
+    weight that multiplies, and per layer 4 H hd for each key a query sees (its window's, or all
+    before it, itself included)."""
+    c = model.config
+    attn = sum(4 * c.n_head * model.head_dim
+               * sum(min(t + 1, w) if w else t + 1 for t in range(length))
+               for w in c.layer_windows())
+    return 2 * model.num_params() * length + attn
+
+
+def bandwidth(device, n_bytes=2 ** 30):
+    """Bytes per second a copy of n_bytes on the device moves (read and write), the best of 5."""
+    x = torch.empty(n_bytes, dtype=torch.uint8, device=device)
+    y = torch.empty_like(x)
+    best = float('inf')
+    for _ in range(5):
+        sync(device)
+        t0 = time.perf_counter()
+        y.copy_(x)
+        sync(device)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n_bytes / best
