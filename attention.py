@@ -14,7 +14,6 @@ window, and attention_kernel() alone chooses how to compute it:
 
 import functools
 import math
-import struct
 
 import torch
 import torch.nn.functional as F
@@ -80,23 +79,21 @@ def fused_entmax(q, k, v):
 def flash_dropout(q, k, v, p):
     """Causal attention with dropout p in half precision through FlashAttention-2's kernel, made
     unbiased. The kernel keeps a probability where an 8-bit random number is at most
-    floor(255 (1-p)), so with probability flash_keep(p), and rescales by 1/(1-p): E[y] = 0.99826 v
-    at p = 0.1 (an H100 measured -1.7e-3). Times (1-p) / flash_keep(p), E[y] = v exactly. SDPA
-    could pick another kernel with its own rounding, so this calls FlashAttention-2's itself."""
-    y = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, p, True)[0]  # (B, H, T, hd)
-    return y * ((1 - p) / flash_keep(p))
+    floor(255 (1-p)) (1-p in float32: PyTorch's flash_api.cpp), so with probability
+    (floor(255 (1-p)) + 1) / 256, but rescales by 1/(1-p): E[y] = 0.99826 v at p = 0.1 (an H100
+    measured -1.7e-3). A keep rate of k/256 it realises exactly, and then
+    rescales by its inverse; so the kernel gets the nearest such rate (p = 0.1: 26/256 =
+    0.1015625), as dropout.keep_mask realises p to its own grain. A correction of the output
+    instead would be lost: bf16 rounds 1.0017 y back to y. SDPA could pick another kernel with its
+    own rounding, so this calls FlashAttention-2's itself."""
+    # (B, H, T, hd)
+    return torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, flash_rate(p), True)[0]
 
 
-@torch.compiler.assume_constant_result  # a number for dynamo, not a graph break
-def flash_keep(p):
-    """The probability that FlashAttention-2 keeps an entry at dropout p: floor(255 (1-p)) + 1 of
-    256, with 1-p in float32 and compared with <= (PyTorch's flash_api.cpp)."""
-    keep = float32(1.0 - float32(p))  # 1.f - p_dropout
-    return (math.floor(keep * 255.0) + 1) / 256
-
-
-def float32(x):
-    return struct.unpack('f', struct.pack('f', x))[0]
+def flash_rate(p):
+    """The dropout rate nearest p (> 0) whose keep rate FlashAttention-2 realises exactly:
+    1 - k/256."""
+    return 1 - min(255, max(1, round(256 * (1 - p)))) / 256
 
 
 def attention_kernel(backend, q, k, q_start, k_start, slopes, window, dropout_p, alpha):

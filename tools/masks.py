@@ -165,7 +165,7 @@ def site_masks(model, x, y, backend=None, recompute=False):
             if isinstance(module, dropout_py.VPAD) and module.variant != 'A':
                 raise ValueError("site_masks reads VPAD's masks for variant A only")
             leaf = torch.ones(shape, device=x.device)
-            if isinstance(module, dropout_py.VPAD):  # +-1 along the features: a per-token mean of 0 (d even)
+            if isinstance(module, dropout_py.VPAD):  # +-1 along the features: a token mean of 0
                 leaf[..., 1::2] = -1
             state['leaves'][key] = leaf.requires_grad_()
         if recompute:
@@ -214,11 +214,11 @@ def site_masks(model, x, y, backend=None, recompute=False):
 
 
 def judge(sites, sigmas=5.0):
-    """The checks of site_masks' sites -> (passed, the figures, a line that says them): forward and backward masks equal;
-    each keep rate within `sigmas` standard errors of 1-p; every kept value the site's scale to
-    1e-3 (dropout.py's CPU masks realise p to 2^-16); the masks of any two sites uncorrelated
-    (|r| sqrt(n) under `sigmas`); groups of 4 neighbouring units no more often identical than
-    chance allows (pytorch #198333's 4-wide random path)."""
+    """The checks of site_masks' sites -> (passed, the figures, a line that says them): forward
+    and backward masks equal; each keep rate within `sigmas` standard errors of 1-p; every kept
+    value the site's scale to 1e-3 (dropout.py's CPU masks realise p to 2^-16); the masks of any
+    two sites uncorrelated (|r| sqrt(n) under `sigmas`); groups of 4 neighbouring units no more
+    often identical than chance allows (pytorch #198333's 4-wide random path)."""
     if not sites:
         return False, {}, "no dropout site"
     mismatched = sum((s['forward'] != s['backward']).sum().item() for s in sites)
@@ -245,8 +245,9 @@ def judge(sites, sigmas=5.0):
                 worst, pair = abs(r) * n ** 0.5, f" ({a['name']}, {b['name']})"
     ok = mismatched == 0 and rate < sigmas and scale < 1e-3 and worst < sigmas and group < sigmas
     stats = dict(mismatched=mismatched, rate=rate, group=group, scale=scale, correlation=worst)
-    return ok, stats, (f"{len(sites)} sites: {mismatched} units where the backward's mask differs from "
-                f"the forward's (bound 0); keep rate within {rate:.1f} sigma of 1-p, identical "
-                f"4-unit groups {group:+.1f} sigma (bounds {sigmas:g}); kept scale off by "
-                f"{scale:.1e} (bound 1e-3); largest correlation between sites {worst:.1f} "
-                f"sigma{pair} (bound {sigmas:g})")
+    return ok, stats, (
+        f"{len(sites)} sites: {mismatched} units where the backward's mask differs from "
+        f"the forward's (bound 0); keep rate within {rate:.1f} sigma of 1-p, identical "
+        f"4-unit groups {group:+.1f} sigma (bounds {sigmas:g}); kept scale off by "
+        f"{scale:.1e} (bound 1e-3); largest correlation between sites {worst:.1f} "
+        f"sigma{pair} (bound {sigmas:g})")
