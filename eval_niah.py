@@ -88,7 +88,8 @@ if __name__ == '__main__':
     for row, o, model, tokenizer, autocast, results in measures.each_row(
             paths, views, outs, labels, window, overrides, 'eval_niah.py', 'NIAH', max(lengths),
             overwrite, device, dtype, seed=seed, chunk_size=chunk_size,
-            **({} if task == 'niah_single_1' else {'task': task})):
+            **({} if task == 'niah_single_1' else {'task': task}),
+            **ruler.prompt_settings([task], ruler.Data())):
         try:
             summary = ruler.evaluate_niah(model, tokenizer, results, lengths, samples, depths,
                                           depth_samples, seed, device, chunk_size, autocast, task)

@@ -72,8 +72,8 @@ if __name__ == '__main__':
     rows = []
     for row, o, model, tokenizer, autocast, results in measures.each_row(
             paths, views, outs, labels, window, overrides, 'eval_ruler.py', 'RULER', max(lengths),
-            overwrite, device, dtype, seed=seed, chunk_size=chunk_size, essay=essay, squad=squad,
-            hotpotqa=hotpotqa):
+            overwrite, device, dtype, seed=seed, chunk_size=chunk_size,
+            **ruler.prompt_settings(names, data)):
         r = ruler.evaluate(model, tokenizer, results, names, lengths, samples, seed, data, device,
                            chunk_size, autocast)
         print(f"\nRULER ({samples} samples per task and length; string_match_all, QA "
@@ -97,7 +97,15 @@ if __name__ == '__main__':
             json.dump({'ckpt': row['ckpt'], 'step': row['step'], 'tasks': names, 'samples': samples,
                        'seed': seed, **r}, f, indent=2)
         print(f"wrote {o}.json and {o}.jsonl")
-        rows.append({**row, 'score': r['average']})
+        rows.append({**row, 'score': r['average'], 'tasks_averaged': r['tasks_averaged']})
         del model
     if isinstance(ckpt, list):
+        # what each average is over: the tasks that fit a length (vt and cwe need more than 1K)
+        fewer = {L: min(r['tasks_averaged'][L] for r in rows) for L in lengths}
+        ran = max(max(r['tasks_averaged'].values()) for r in rows)
+        if any(n < ran for n in fewer.values()):
+            title += "; tasks averaged: " + ', '.join(
+                f"{fewer[L]} of {ran} at {ruler.length_label(L)}" for L in lengths)
+        if data.stand_in:
+            title += f"; the essay tasks on a stand-in haystack, {data.stand_in}"
         measures.write_table(table, rows, lengths, train_length or rows[0]['block_size'], title)

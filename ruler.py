@@ -24,6 +24,7 @@ continues it. Where we differ, and why:
 
 import functools
 import glob
+import hashlib
 import json
 import math
 import os
@@ -691,9 +692,10 @@ def plan(tasks, lengths, samples, missing, check, say=print):
 class Results:
     """Per-sample results in a JSONL file, appended as they come: an interrupted run continues
     where it stopped, and no sample is scored twice. Its first line holds the settings that change a
-    prediction (the weights' digest, window, overrides, seed, tokenizer, data, dtype): rows are read
-    back only under the same settings. Other settings, or a file that is not ours, are a SystemExit
-    before anything is computed; overwrite starts the file anew (ours only)."""
+    prediction (the weights' digest, window, overrides, seed, tokenizer, dtype, and what the prompts
+    are made of: prompt_settings): rows are read back only under the same settings. Other settings,
+    or a file that is not ours, are a SystemExit before anything is computed; overwrite starts the
+    file anew (ours only)."""
 
     def __init__(self, path, settings=None, overwrite=False):
         self.path, self.rows = path, {}  # id -> row
@@ -742,6 +744,39 @@ class Results:
             f.write(json.dumps(row) + '\n')
 
 
+def prompt_settings(tasks, data):
+    """What the tasks' prompts are made of beyond the tokenizer, lengths and seed, for Results'
+    settings: a digest of their templates, answer prefixes, needles, noise and task settings, and
+    of each file they read (the essay haystack, or its stand-in where there is none; the QA sets),
+    so that rows made of other ones are never read back as these."""
+    made_of = [NOISE, NEEDLE, SHORT_NEEDLE]
+    for t in tasks:
+        kind = KINDS[TASKS[t][0]]
+        made_of += [t, TASKS[t], kind.template, kind.answer_prefix, kind.tokens_to_generate]
+    settings = {'prompts': hashlib.blake2b(json.dumps(made_of).encode(), digest_size=8).hexdigest()}
+    if any(on_essay(t) for t in tasks):
+        settings['haystack'] = haystack(data)
+    for dataset in ('squad', 'hotpotqa'):
+        path = getattr(data, f'{dataset}_path')
+        if any(TASKS[t][1].get('dataset') == dataset for t in tasks):
+            settings[dataset] = file_digest(path) if path else 'through datasets'
+    return settings
+
+
+def haystack(data):
+    """The essay haystack that data's prompts are made of: its file and digest, or the
+    stand-in."""
+    if os.path.exists(data.essay_path):
+        return file_digest(data.essay_path)
+    return "stand-in: Shakespeare's plays"
+
+
+def file_digest(path):
+    """A file's path and a digest of its bytes."""
+    with open(path, 'rb') as f:
+        return f"{path} {hashlib.blake2b(f.read(), digest_size=12).hexdigest()}"
+
+
 def parse(line):
     """A JSON line -> its value, or None if it does not parse."""
     try:
@@ -768,8 +803,9 @@ def evaluate_niah(model, tokenizer, results, lengths, samples, depths=(), depth_
     # every length checked before any sample runs (ValueError: too short for the task)
     for L in lengths:
         prompt(task, tokenizer, L, 'check', seed, data, sizes)
+    ids = {}  # job -> its row's id
     for kind, L, i, depth in tqdm(jobs, desc='NIAH-1', unit='sample'):
-        id = f"{kind}/{L}/{i}" + ('' if depth is None else f"/{depth}")
+        id = ids[kind, L, i, depth] = f"{kind}/{L}/{i}" + ('' if depth is None else f"/{depth}")
         if id in results:
             continue
         text, answers = prompt(task, tokenizer, L, id, seed, data, sizes, depth)
@@ -778,11 +814,10 @@ def evaluate_niah(model, tokenizer, results, lengths, samples, depths=(), depth_
         results.add({'id': id, 'kind': kind, 'length': L, 'depth': depth,
                      'tokens': len(tokenizer.encode(text)), 'answers': answers,
                      'prediction': prediction, 'score': string_match_all(prediction, answers)})
-    rows = results.rows.values()
 
-    def mean(kind, L, depth=None):
-        return score([r['score'] for r in rows
-                      if r['kind'] == kind and r['length'] == L and r['depth'] == depth])
+    def mean(kind, L, depth=None):  # over the samples asked for now, not all the file holds
+        return score([results.rows[id]['score'] for (k, n, _, d), id in ids.items()
+                      if k == kind and n == L and d == depth])
     return {'niah_1': {L: mean('niah', L) for L in lengths},
             'depth_x_length': {d: {L: mean('depth', L, d) for L in lengths} for d in depths}}
 
@@ -808,7 +843,8 @@ def evaluate(model, tokenizer, results, tasks, lengths, samples, seed, data, dev
         results.add({'id': id, 'task': task, 'length': L, 'tokens': len(tokenizer.encode(text)),
                      'answers': answers, 'prediction': prediction,
                      'score': metric(task)(prediction, answers)})
-    rows = [r for r in results.rows.values() if r['task'] in ran and r['length'] in lengths]
+    # the samples asked for now, not all the file holds
+    rows = [results.rows[f"{task}/{L}/{i}"] for task, L, i in jobs]
     scores = {t: {L: score([r['score'] for r in rows if r['task'] == t and r['length'] == L])
                   for L in lengths}
               for t in ran}

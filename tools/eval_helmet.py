@@ -72,7 +72,8 @@ if __name__ == '__main__':
     rows = []
     for row, o, model, tokenizer, autocast, results in measures.each_row(
             paths, views, outs, labels, window, overrides, 'tools/eval_helmet.py', 'HELMET recall',
-            max(lengths), overwrite, device, dtype, seed=seed, chunk_size=chunk_size, essay=essay):
+            max(lengths), overwrite, device, dtype, seed=seed, chunk_size=chunk_size, essay=essay,
+            **({'haystack': ruler.haystack(data)} if any(map(helmet.on_essay, names)) else {})):
         r = helmet.evaluate(model, tokenizer, results, names, lengths, samples, seed,
                             data, device, chunk_size, autocast)
         print(f"\nHELMET recall ({what})")
