@@ -168,15 +168,19 @@ def read_shard(path):
     return np.memmap(path, dtype=dtype, mode='r', offset=HEADER_INTS * 8, shape=(int(header[3]),))
 
 
-def prepare_command(data_dir, max_tokens=None):
+def prepare_command(data_dir, max_tokens=None, source=None):
     """The command that makes data_dir, for error messages:
     data/<name>/prepare.py --tokenizer=<kind>, and --max_tokens for the scripts that stream a
-    corpus (their default is all of it)."""
+    corpus (their default is all of it). source: a CPT run's folder of released weights, whose own
+    tokenizer (its tokenizer.json, and the end-of-text token its tokenizer_config.json names) the
+    data must be in."""
     d = os.path.normpath(data_dir)
     script = os.path.join(os.path.dirname(d), 'prepare.py')
     if not os.path.exists(script):
         return "the prepare.py script of that dataset (see data/)"
-    if os.path.basename(d) in ('byte', 'gpt2'):  # prepare.py writes data/<name>/<tokenizer>
+    if source and not source.endswith('.pt') and os.path.basename(d) not in ('byte', 'gpt2'):
+        command = f"python {script} --tokenizer=hf --tokenizer_path={source} --out_dir={d}"
+    elif os.path.basename(d) in ('byte', 'gpt2'):  # prepare.py writes data/<name>/<tokenizer>
         command = f"python {script} --tokenizer={os.path.basename(d)}"
     else:
         # not --tokenizer=<d's name>: no such tokenizer
@@ -188,17 +192,28 @@ def prepare_command(data_dir, max_tokens=None):
         f" --max_tokens={f'{max_tokens / 1e9:g}e9' if max_tokens >= 1e9 else int(max_tokens)}")
 
 
+def eos_token(folder):
+    """The end-of-text token a folder of released weights names in its tokenizer_config.json, or
+    None."""
+    path = os.path.join(folder, 'tokenizer_config.json')
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        eos = json.load(f).get('eos_token')
+    return eos['content'] if isinstance(eos, dict) else eos
+
+
 class TokenData:
     """One split of a tokenized dataset: every `{split}*.bin` shard in data_dir and its meta.json
     (or only the first `limit` tokens of the shards, if limit > 0)."""
 
-    def __init__(self, data_dir, split, limit=0, tokens_wanted=None):
+    def __init__(self, data_dir, split, limit=0, tokens_wanted=None, hint=None):
         files = sorted(glob.glob(os.path.join(data_dir, f'{split}*.bin')))
         meta_path = os.path.join(data_dir, 'meta.json')
         if not files or not os.path.exists(meta_path):  # tokens_wanted: the run's, for the hint
+            command = prepare_command(data_dir, tokens_wanted, **(hint or {}))
             raise FileNotFoundError(f"no {split} data in {data_dir} (expected {split}*.bin and "
-                                    f"meta.json): run `{prepare_command(data_dir, tokens_wanted)}` "
-                                    f"first")
+                                    f"meta.json): run `{command}` first")
         with open(meta_path) as f:
             try:
                 self.meta = json.load(f)
@@ -206,7 +221,7 @@ class TokenData:
                 self.meta = None
         fields = {'tokenizer', 'vocab_size', 'eot'}
         if not (isinstance(self.meta, dict) and fields <= self.meta.keys()):
-            command = prepare_command(data_dir, tokens_wanted)
+            command = prepare_command(data_dir, tokens_wanted, **(hint or {}))
             raise ValueError(f"{meta_path} is not the meta.json of a prepared dataset (tokenizer, "
                              f"vocab_size, eot): run `{command}` again")
         self.shards = [read_shard(p) for p in files]
@@ -312,12 +327,12 @@ class NiahMixture:
         return x, y
 
 
-def training_data(data_dir, block_size, train_tokens=0, max_tokens=None):
+def training_data(data_dir, block_size, train_tokens=0, max_tokens=None, **hint):
     """train.py's two splits of data_dir, each with a shard longer than block_size (SystemExit
-    with what to do otherwise)."""
+    with what to do otherwise; hint: prepare_command's source)."""
     try:
-        train, val = (TokenData(data_dir, 'train', train_tokens, max_tokens),
-                      TokenData(data_dir, 'val'))
+        train, val = (TokenData(data_dir, 'train', train_tokens, max_tokens, hint),
+                      TokenData(data_dir, 'val', hint=hint))
     except (FileNotFoundError, ValueError) as e:
         raise SystemExit(str(e))
     for split, d in (('train', train), ('val', val)):

@@ -181,7 +181,9 @@ if task != 'lm':
     say(f"data: the {task} task, {task_vocab} symbols, {tasks.LENGTHS[task]} "
         f"{task_min_len}-{task_max_len}, sequences padded to {block_size}")
 else:
-    train_data, val_data = training_data(data_dir, block_size, train_tokens, max_tokens)
+    train_data, val_data = training_data(  # a CPT source's tokenizer, for the hint
+        data_dir, block_size, train_tokens, max_tokens,
+        source=init_from if init_from not in ('scratch', 'resume') else None)
     if niah_mix:  # validation stays language alone
         try:
             lengths = [block_size * (12 + i) // 16 for i in range(5)]

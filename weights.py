@@ -15,7 +15,7 @@ import shutil
 import torch
 
 from model import Transformer, TransformerConfig
-from tokens import EOT
+from tokens import EOT, eos_token
 
 HUB_ID = re.compile(r'[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w./-]+)?')
 
@@ -74,12 +74,8 @@ def load_folder(path):
                          f"{str(e).splitlines()[0] if str(e) else ''})") from None
     tokenizer = None
     if os.path.exists(os.path.join(path, 'tokenizer.json')):
-        eot = EOT if kind == 'mamba2' else '<|end_of_text|>'
         # the eos token it names, if any
-        if os.path.exists(os.path.join(path, 'tokenizer_config.json')):
-            with open(os.path.join(path, 'tokenizer_config.json')) as f:
-                eos = json.load(f).get('eos_token') or eot
-            eot = eos['content'] if isinstance(eos, dict) else eos
+        eot = eos_token(path) or (EOT if kind == 'mamba2' else '<|end_of_text|>')
         tokenizer = {'kind': 'hf', 'path': os.path.abspath(os.path.join(path, 'tokenizer.json')),
                      'eot': eot}
     return {'model': state, 'model_type': 'mamba2' if kind == 'mamba2' else 'transformer',

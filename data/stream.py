@@ -11,7 +11,7 @@ import os
 import numpy as np
 
 import checkpoint
-from tokens import EOT, Tokenizer, write_shard
+from tokens import EOT, Tokenizer, eos_token, write_shard
 
 
 def stream_texts(source):
@@ -70,7 +70,9 @@ def add_stream_args(parser, source, tokenizer='gpt2'):
     parser.add_argument('--tokenizer', default=tokenizer, choices=['byte', 'gpt2', 'hf'])
     parser.add_argument('--tokenizer_path', default=None,
                         help='hf: tokenizer.json or its folder; gpt2: a .tiktoken file')
-    parser.add_argument('--eot', default=EOT, help='hf: the end-of-text token string')
+    parser.add_argument('--eot', default=None,
+                        help="hf: the end-of-text token string; default: the eos_token of the "
+                             f"tokenizer_config.json beside tokenizer.json, else {EOT}")
     parser.add_argument('--out_dir', default=None, help='default: data/<dataset>/<tokenizer>')
     parser.add_argument('--batch_docs', type=int, default=1024,
                         help='documents per encode_batch call')
@@ -86,7 +88,9 @@ def open_stream(parser, args, dataset_dir):
     if args.tokenizer == 'hf':
         if not args.tokenizer_path:
             parser.error('--tokenizer=hf needs --tokenizer_path')
-        spec.update(path=args.tokenizer_path, eot=args.eot)
+        folder = (args.tokenizer_path if os.path.isdir(args.tokenizer_path)
+                  else os.path.dirname(args.tokenizer_path))
+        spec.update(path=args.tokenizer_path, eot=args.eot or eos_token(folder) or EOT)
     elif args.tokenizer == 'gpt2' and args.tokenizer_path:
         spec['path'] = args.tokenizer_path
     tok = Tokenizer(spec)

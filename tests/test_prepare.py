@@ -193,3 +193,42 @@ def test_ruler_essays_in_rulers_order(tmp_path):
     gone = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     assert (gone.returncode != 0 and 'nothing written' in gone.stderr
             and not (out / 'essays.json').exists())
+
+
+def test_hf_tokenizer_takes_the_eot_its_folder_names(tmp_path):
+    """--tokenizer=hf without --eot: the eos_token of the tokenizer_config.json beside
+    tokenizer.json (as weights.py loads a released model's tokenizer), so that the data and the
+    CPT source agree on the token that ends a document."""
+    from tokenizers import Tokenizer as HF, models, pre_tokenizers
+    vocab = {w: i for i, w in enumerate(['<unk>', '<|end_of_text|>', '<|endoftext|>'] + sorted(
+        {w for d in make_docs() for w in d.replace(':', ' ').replace('.', ' ').split()}))}
+    hf = HF(models.WordLevel(vocab, unk_token='<unk>'))
+    hf.pre_tokenizer = pre_tokenizers.Whitespace()
+    folder = tmp_path / 'weights'
+    folder.mkdir()
+    hf.save(str(folder / 'tokenizer.json'))
+    (folder / 'tokenizer_config.json').write_text(json.dumps({'eos_token': '<|end_of_text|>'}))
+    source = write_source(tmp_path, 'jsonl', make_docs())
+    cmd = [sys.executable, 'data/dclm_edu/prepare.py', f'--source={source}', '--tokenizer=hf',
+           f'--tokenizer_path={folder}', f'--val_docs={VAL_DOCS}', f'--out_dir={tmp_path / "d"}']
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    meta = json.loads((tmp_path / 'd' / 'meta.json').read_text())
+    assert meta['tokenizer']['eot'] == '<|end_of_text|>' and meta['eot'] == 1
+
+
+@pytest.mark.parametrize('config, data, command', [
+    ('smollm3_pl_d', 'smollm3', '--tokenizer=hf --tokenizer_path=weights/SmolLM3-3B-Base '
+                                '--out_dir=data/dclm_edu/smollm3 --max_tokens=1e9'),
+    ('mamba2_1b3_pn_d', 'neox', '--tokenizer=hf --tokenizer_path=weights/mamba2-1.3b '
+                                '--out_dir=data/dclm_edu/neox --max_tokens=1e9'),
+    ('wd', 'gpt2', '--tokenizer=gpt2 --max_tokens=40e9')])
+def test_missing_data_names_the_command_the_config_needs(config, data, command):
+    """A CPT config's data is in its source's tokenizer: the hint names it (it said
+    --tokenizer=byte for SmolLM3's data, neox for Mamba2's, before)."""
+    from conftest import run_train
+    if os.path.exists(os.path.join(ROOT, 'data', 'dclm_edu', data)):
+        pytest.skip('the data is prepared here')
+    command = f'python data/dclm_edu/prepare.py {command}'
+    r = run_train(f'configs/{config}.py', '--device=cpu')
+    assert r.returncode == 1 and f'run `{command}` first' in r.stderr
