@@ -116,15 +116,20 @@ def plan(model, block_size, tokens, n_params, ckpt_steps, keep_last, averages, o
     FLOPs (model.flops_per_token x tokens); GPU-hours on an H100 and an H200 at PLAN_MFU; the bytes
     of a checkpoint (float32 weights, 4 a parameter) and of its optimizer state (AdamW's two
     moments, 8; plus 4 per running average: train.py's average_last), what the run writes and
-    what it keeps (keep_last of the ckpt_steps checkpoints, two optimizer states), against the
-    free space of out_dir's disk (or `free` bytes): the error, if what is kept cannot fit (train.py
-    raises it for a new run)."""
+    what it keeps (keep_last of the ckpt_steps checkpoints, two optimizer states, the averages),
+    and the most it holds at once: at a save, whose pair is written before the older ones go
+    (checkpoint.save_pair), or at the end, with the averages. That peak against the free space of
+    out_dir's disk (or `free` bytes): the error, if it cannot fit (train.py raises it for a new
+    run)."""
     import shutil
     flops = model.flops_per_token(block_size) * tokens
     hours = {g: flops / (PEAK_FLOPS[g] * PLAN_MFU) / 3600 for g in ('NVIDIA H100', 'NVIDIA H200')}
     ckpt, optim = 4 * n_params, (8 + 4 * averages) * n_params
     kept_ckpts = min(keep_last, ckpt_steps) if keep_last else ckpt_steps
     written, kept = ckpt_steps * (ckpt + optim), kept_ckpts * ckpt + min(2, ckpt_steps) * optim
+    # a save: one checkpoint and one optimizer state more, until it removes the older ones
+    peak = max(min(kept_ckpts + 1, ckpt_steps) * ckpt + min(3, ckpt_steps) * optim,
+               kept + averages * ckpt)
     where = os.path.abspath(out_dir)
     while not os.path.exists(where):
         where = os.path.dirname(where)
@@ -134,11 +139,12 @@ def plan(model, block_size, tokens, n_params, ckpt_steps, keep_last, averages, o
             f"{hours['NVIDIA H200']:,.3g} on H200 at {PLAN_MFU:.0%} MFU (assumed); a checkpoint "
             f"{gb(ckpt)} and its optimizer state {gb(optim)}, {ckpt_steps} written "
             f"({gb(written)}), {kept_ckpts} kept with {min(2, ckpt_steps)} optimizer states "
-            f"({gb(kept)}); {gb(free)} free at {where}")
-    error = None if kept <= free else SystemExit(
-        f"config error: the run keeps {gb(kept)} of checkpoints, more than the {gb(free)} free at "
-        f"{where}: raise ckpt_interval, set keep_last (train.py's average_last averages without "
-        f"keeping checkpoints), or free some space")
+            f"({gb(kept)})" + (f" and {averages} averages" if averages else '')
+            + f"; at most {gb(peak)} on the disk at once; {gb(free)} free at {where}")
+    error = None if peak <= free else SystemExit(
+        f"config error: the run holds up to {gb(peak)} of checkpoints at once, more than the "
+        f"{gb(free)} free at {where}: raise ckpt_interval, set keep_last (train.py's average_last "
+        f"averages without keeping checkpoints), or free some space")
     return line, error
 
 

@@ -200,10 +200,16 @@ def test_plan_of_the_paper_runs_on_meta(name, tmp_path):
     assert line.startswith(f"plan: {flops:.3g} training FLOPs, "
                            f"{flops / 989e12 / 0.35 / 3600:,.3g} GPU-hours on H100")
     keep = c.get('keep_last', 0)
-    kept = (min(keep, saves) if keep else saves) * 4 * n + 2 * (8 + 4 * averages) * n
-    assert f"({kept / 2 ** 30:,.3g} GB); " in line and error is None
-    _, error = hardware.plan(m, c['block_size'], 1, n, saves, 0, 3, str(tmp_path / 'run'),
-                             free=kept)
+    kept_ckpts, optim = min(keep, saves) if keep else saves, (8 + 4 * averages) * n
+    kept = kept_ckpts * 4 * n + 2 * optim
+    # a save holds its new pair beside the old ones; the averages are written at the end
+    peak = max(min(kept_ckpts + 1, saves) * 4 * n + 3 * optim, kept + averages * 4 * n)
+    assert f"({kept / 2 ** 30:,.3g} GB)" in line and error is None
+    assert f"; at most {peak / 2 ** 30:,.3g} GB on the disk at once; " in line
+    if name == 'smollm3_pl_d':  # 1 kept: 11.5 + 2 x 57.3 GB; at a save 2 x 11.5 + 3 x 57.3
+        assert '(126 GB) and 3 averages; at most 195 GB on the disk at once' in line
+    _, error = hardware.plan(m, c['block_size'], 1, n, saves, keep, averages,
+                             str(tmp_path / 'run'), free=peak - 1)
     assert isinstance(error, SystemExit) and 'raise ckpt_interval, set keep_last' in str(error)
     assert sum(hardware.memory_estimate(*memory, averages=averages).values()) < 79 * 2 ** 30
 

@@ -680,3 +680,25 @@ def test_wandb_offline(tiny_data, tmp_path):
     assert (json.dumps(last['loss']).encode() in records
             and json.dumps(last['grad_norm']).encode() in records)
     assert b'position_loss/32-64' in records and b'n_embd' in records and b'wandb_log' in records
+
+
+def test_the_planned_disk_peak_is_the_measured_one(tiny_data, tmp_path, monkeypatch):
+    """The plan's 'at most N GB on the disk at once' against the run's own files, measured after
+    every write: a save holds its new pair beside the old ones (4 saves, keep_last=1: 2
+    checkpoints and 3 optimizer states at once), then the average is written at the end. Within
+    10% (the files' own records beyond the float32 weights and moments)."""
+    out, sizes = tmp_path / 'run', []
+    real = checkpoint.save
+
+    def save(obj, path):
+        real(obj, path)
+        sizes.append(sum(f.stat().st_size for f in out.iterdir()
+                         if f.name.startswith(('ckpt_', 'optim_', 'avg'))))
+    monkeypatch.setattr(checkpoint, 'save', save)
+    r = run_train(*TINY, f'--data_dir={tiny_data}', f'--out_dir={out}', '--ckpt_interval=2',
+                  '--keep_last=1', '--average_last=[2]', '--average_interval=4',
+                  '--n_embd=96')  # the records' bytes beside the tensors' a few percent
+    assert r.returncode == 0, r.stderr[-3000:]
+    planned = float(r.stdout.split('; at most ')[1].split(' GB')[0]) * 2 ** 30
+    assert len(sizes) == 4 * 2 + 1 and max(sizes) == pytest.approx(planned, rel=0.1)
+    print(f"planned {planned:,.0f} bytes, measured {max(sizes):,} at most")
