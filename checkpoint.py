@@ -385,6 +385,18 @@ def cpt_source(source, tokenizer, model_type=None):
     return ckpt
 
 
+def source_shape(source):
+    """A CPT source's (model_type, model_args) without its weights, for a dry run: a checkpoint
+    file's record, or a weights folder's config.json (or the release it names: weights.RELEASED)."""
+    if os.path.isfile(source):
+        ckpt = load_any(source)
+        return ckpt['model_type'], ckpt['model_args']
+    try:
+        return weights.folder_shape(weights.local(source) if os.path.exists(source) else source)
+    except (ValueError, KeyError) as e:
+        raise SystemExit(f"init_from: {source}: {e}")
+
+
 def cpt_model_args(source_args, config, user_keys, source):
     """CPT: the architecture of the source checkpoint with this run's regularization and windows
     (RUNTIME), and its positions where it sets them (POSITIONS). A model key that the config sets

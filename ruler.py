@@ -759,7 +759,8 @@ def prompt_settings(tasks, data):
     for dataset in ('squad', 'hotpotqa'):
         path = getattr(data, f'{dataset}_path')
         if any(TASKS[t][1].get('dataset') == dataset for t in tasks):
-            settings[dataset] = file_digest(path) if path else 'through datasets'
+            settings[dataset] = (file_digest(path) if os.path.isfile(path)  # else refused later
+                                 else path or 'through datasets')
     return settings
 
 

@@ -17,6 +17,7 @@ import glob
 import importlib.util
 import json
 import os
+import types
 
 import numpy as np
 import tiktoken
@@ -325,6 +326,26 @@ class NiahMixture:
             x[i], y[i] = row[:-1], -1
             y[i, n - m - 1:n - 1] = row[n - m:n]  # the token before the answer predicts its first
         return x, y
+
+
+def planned(data_dir, needed=True):
+    """What a dry run (train.py --dry_run) knows of data_dir without its shards: its meta.json's
+    tokenizer and vocabulary if it is there, else those of the tokenizer its name says (byte,
+    gpt2) -> an object with .meta. needed=False (a CPT run, which takes its source's): {} if
+    neither."""
+    path = os.path.join(data_dir, 'meta.json')
+    if os.path.exists(path):
+        with open(path) as f:
+            meta = json.load(f)
+    elif os.path.basename(os.path.normpath(data_dir)) in ('byte', 'gpt2'):
+        tok = Tokenizer({'kind': os.path.basename(os.path.normpath(data_dir))})
+        meta = {'tokenizer': tok.spec, 'vocab_size': tok.n_vocab}
+    elif needed:
+        raise SystemExit(f"a dry run needs the vocabulary: {path} is not there, and "
+                         f"{data_dir} names no tokenizer (byte, gpt2); set vocab_size")
+    else:
+        meta = {}
+    return types.SimpleNamespace(meta=meta)
 
 
 def training_data(data_dir, block_size, train_tokens=0, max_tokens=None, **hint):

@@ -30,12 +30,16 @@ import hardware
 import tasks
 from configurator import configure
 from measures import eval_line, position_loss, report, task_accuracy, val_loss
-from tokens import (TRAIN, NiahMixture, Tokenizer, batch_rng, micro_batches,
+from tokens import (TRAIN, NiahMixture, Tokenizer, batch_rng, micro_batches, planned,
                     training_data)
 
 # -----------------------------------------------------------------------------
 # I/O
 out_dir = 'out'
+# print the plan and the memory of each of dry_run_gpus processes (GPUs like an H100), then stop: no
+# data, weights (of a CPT source, its config.json at most), GPU or file is touched
+dry_run = False
+dry_run_gpus = 8
 init_from = 'scratch'  # 'scratch', 'resume' (out_dir's newest), or CPT from a checkpoint or weights
 log_interval = 10  # iterations between log lines (also written to out_dir/log.jsonl)
 eval_interval = 500  # iterations between evaluations (and at the end)
@@ -157,12 +161,14 @@ check_config()
 
 # the processes: one per GPU under torchrun (NCCL), or per CPU process (gloo); or just this one
 distributed = 'RANK' in os.environ
-rank, world, device = hardware.start(device)  # device 'auto': cuda, mps, else cpu
+# device 'auto': cuda, mps, else cpu
+rank, world, device = (0, dry_run_gpus, 'cpu') if dry_run else hardware.start(device)
 master = rank == 0
-sharded = distributed and parallel == 'fsdp'
+sharded = (distributed or dry_run) and parallel == 'fsdp'
 device_type = 'cuda' if device.startswith('cuda') else device
 if dtype == 'auto':
-    dtype = 'bfloat16' if device_type == 'cuda' and torch.cuda.is_bf16_supported() else 'float32'
+    cuda_bf16 = device_type == 'cuda' and torch.cuda.is_bf16_supported()
+    dtype = 'bfloat16' if dry_run or cuda_bf16 else 'float32'
 bf16 = dtype == 'bfloat16'
 autocast = torch.autocast(device_type, dtype=torch.bfloat16) if bf16 else nullcontext()
 if compile is None:
@@ -180,6 +186,8 @@ if task != 'lm':
     block_size = config['block_size'] = train_data.block_size  # the longest sequence, padded to
     say(f"data: the {task} task, {task_vocab} symbols, {tasks.LENGTHS[task]} "
         f"{task_min_len}-{task_max_len}, sequences padded to {block_size}")
+elif dry_run:  # the vocabulary alone: the data's meta.json, else its tokenizer's (data_dir's name)
+    train_data = planned(data_dir, vocab_size is None and init_from == 'scratch')
 else:
     train_data, val_data = training_data(  # a CPT source's tokenizer, for the hint
         data_dir, block_size, train_tokens, max_tokens,
@@ -193,6 +201,7 @@ else:
             raise SystemExit(f"config error: {e}")
         say(f"data: {niah_mix:.0%} of the sequences are NIAH-1 documents ({niah_task}), the loss "
             f"on the answer")
+if task == 'lm' and not dry_run:
     epochs = f"; {max_tokens / len(train_data):.1f} epochs" if train_tokens else ""
     say(f"data: {data_dir}, {len(train_data):,} train / {len(val_data):,} val tokens; tokenizer "
         f"{train_data.meta['tokenizer']}{epochs}")
@@ -205,12 +214,13 @@ if micro_batch < batch_size:
         f"other micro-batches has other batches and masks")
 batch_size = micro_batch
 max_iters = int(max_tokens // tokens_per_batch)
+data_vocab = train_data.meta.get('vocab_size', 0)  # 0: a dry run's CPT, which takes the source's
 if vocab_size is None:
-    vocab_size = config['vocab_size'] = -(-train_data.meta['vocab_size'] // 64) * 64
-if vocab_size < train_data.meta['vocab_size']:
+    vocab_size = config['vocab_size'] = -(-data_vocab // 64) * 64
+if vocab_size < data_vocab:
     raise SystemExit(f"config error: vocab_size = {vocab_size} is less than the data's "
-                     f"{train_data.meta['vocab_size']} tokens: leave it unset (the data's, "
-                     f"rounded up to a multiple of 64)")
+                     f"{data_vocab} tokens: leave it unset (the data's, rounded up to a multiple "
+                     f"of 64)")
 say(f"{max_iters:,} iterations of {tokens_per_batch:,} tokens = {world} processes x {grad_accum} "
     f"micro-steps x {batch_size} x {block_size}")
 every = average_interval or ckpt_interval
@@ -240,10 +250,13 @@ start_iter, ckpt, optim_state, cpt_from, skips = 0, None, None, None, []
 log = checkpoint.RunLog(out_dir, master, wandb_log)  # log.jsonl (and wandb)
 # one writer per out_dir, for the life of this process, from before anything in it is read (two runs
 # started together on a new folder: one of them trains); a run refused from here on leaves no trace
-lock = checkpoint.lock(out_dir) if master else None
-if init_from != 'resume' and checkpoint.steps(out_dir):  # scratch or CPT (its source may be one)
+lock = checkpoint.lock(out_dir) if master and not dry_run else None
+# scratch or CPT (its source may be one)
+if init_from != 'resume' and not dry_run and checkpoint.steps(out_dir):
     raise SystemExit(f"{out_dir} already holds checkpoints of an earlier run: continue it with "
                      f"--init_from=resume, or choose another --out_dir (or delete the folder)")
+if init_from == 'resume' and dry_run:
+    raise SystemExit("a dry run plans a new run, from scratch or for CPT: not init_from='resume'")
 if init_from == 'resume':
     start_iter, ckpt, optim_state = checkpoint.resume_state(out_dir, sharded, say)
     skips = ckpt.get('skips', []) + ([[start_iter, skip_steps]] if skip_steps else [])
@@ -254,6 +267,10 @@ if init_from == 'resume':
                                                cpt_from)
     checkpoint.check_resume(ckpt, model_type, model_args, out_dir, halt_at)
     say(f"resuming {out_dir} at iteration {start_iter}")
+elif init_from != 'scratch' and dry_run:  # the source's shape alone (a folder's config.json)
+    model_type, source_args = checkpoint.source_shape(init_from)
+    config['model_type'] = model_type
+    model_args = checkpoint.cpt_model_args(source_args, config, user_model_keys, init_from)
 elif init_from != 'scratch':
     set_type = model_type if 'model_type' in given else None  # else the checkpoint's
     ckpt = checkpoint.cpt_source(init_from, train_data.meta['tokenizer'], set_type)
@@ -275,12 +292,15 @@ except ValueError as e:
     raise SystemExit(f"config error: {e}")
 memory = hardware.describe_memory(shape, batch_size, block_size, bf16,
                                   activation_checkpointing, world if sharded else 1,
-                                  sharded and grad_accum > 1, device,
+                                  sharded and grad_accum > 1, None if dry_run else device,
                                   len(windows))  # SystemExit: cannot fit
 ckpt_steps = len(set(range(start_iter + ckpt_interval - start_iter % ckpt_interval, max_iters,
                            ckpt_interval)) | {max_iters})  # this run's saves, the last included
 plan, too_big = hardware.plan(shape, block_size, (max_iters - start_iter) * tokens_per_batch,
                               shape.num_params(False), ckpt_steps, keep_last, len(windows), out_dir)
+if dry_run:
+    say(f"dry run, {world} processes: {memory}\n{plan}" + (f"\nhere: {too_big}" if too_big else ''))
+    sys.exit(0)
 if too_big and master and init_from != 'resume':  # a resumed run's checkpoints are on the disk:
     raise too_big  # a full disk stops it at the save that does not fit, the pair before intact
 torch.manual_seed(seed)  # the initial weights

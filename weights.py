@@ -240,12 +240,8 @@ def save_smollm3(model, folder, source_dir=None, shard_bytes=5 * 2 ** 30, dtype=
 # -----------------------------------------------------------------------------
 # Mamba2 folders: state-spaces' (mamba_ssm) and transformers'; a Mamba2 handed to transformers
 
-def load_mamba2(folder):
-    """A state-spaces/mamba2-* folder (mamba_ssm's config.json and pytorch_model.bin), or a
-    transformers Mamba2 folder (config.json, model.safetensors) -> (Mamba2Config args, state
-    dict)."""
-    with open(os.path.join(folder, 'config.json')) as f:
-        cfg = json.load(f)
+def mamba2_args(cfg, folder=''):
+    """A Mamba2 config.json, mamba_ssm's or transformers' (a dict) -> Mamba2Config arguments."""
     if 'd_model' in cfg:  # mamba_ssm
         ssm = cfg.get('ssm_cfg', {})
         if (ssm.get('layer', 'Mamba2') != 'Mamba2' or cfg.get('d_intermediate', 0)
@@ -266,6 +262,45 @@ def load_mamba2(folder):
                     ngroups=cfg['n_groups'], chunk_size=cfg['chunk_size'],
                     norm_eps=cfg['layer_norm_epsilon'], bias=cfg['use_bias'],
                     conv_bias=cfg['use_conv_bias'], tie_embeddings=cfg['tie_word_embeddings'])
+    return args
+
+
+# the config.json of the released models the paper continues, as far as the shape goes: what a
+# dry run plans (train.py --dry_run) before their folders are there
+RELEASED = {
+    'SmolLM3-3B': dict(model_type='smollm3', vocab_size=128256, num_hidden_layers=36,
+                       num_attention_heads=16, num_key_value_heads=4, hidden_size=2048,
+                       intermediate_size=11008, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                       no_rope_layer_interval=4, rope_parameters={'rope_theta': 5e6}),
+    'mamba2-1.3b': dict(d_model=2048, n_layer=48, vocab_size=50277, ssm_cfg={'layer': 'Mamba2'},
+                        pad_vocab_size_multiple=16, tie_embeddings=True),
+}
+
+
+def folder_shape(path):
+    """A folder of released weights -> (model_type, model arguments) from its config.json alone,
+    or, while the folder is not there, from the release its name begins with (RELEASED)."""
+    config = os.path.join(path, 'config.json')
+    if os.path.exists(config):
+        with open(config) as f:
+            cfg = json.load(f)
+    else:
+        name = next((n for n in RELEASED if os.path.basename(path.rstrip('/')).startswith(n)), None)
+        if name is None:
+            raise SystemExit(f"{path} has no config.json, and is none of the releases a dry run "
+                             f"knows ({', '.join(RELEASED)}): put the model's files there")
+        cfg = RELEASED[name]
+    if 'd_model' in cfg or cfg.get('model_type') == 'mamba2':
+        return 'mamba2', mamba2_args(cfg, path)
+    return 'transformer', smollm3_args(cfg)
+
+
+def load_mamba2(folder):
+    """A state-spaces/mamba2-* folder (mamba_ssm's config.json and pytorch_model.bin), or a
+    transformers Mamba2 folder (config.json, model.safetensors) -> (Mamba2Config args, state
+    dict)."""
+    with open(os.path.join(folder, 'config.json')) as f:
+        args = mamba2_args(json.load(f), folder)
     path = os.path.join(folder, 'model.safetensors')
     if os.path.exists(path):
         from safetensors.torch import load_file

@@ -9,6 +9,7 @@
 # then:  torchrun --standalone --nproc_per_node=8 train.py configs/mamba2_85m.py
 model_type = 'mamba2'
 data_dir = 'data/pile/neox'
+vocab_size = 50304  # GPT-NeoX's 50,277 tokens rounded up to a multiple of 64, as the data gives it
 out_dir = 'out/mamba2_85m'
 
 n_layer = 12

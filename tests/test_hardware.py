@@ -221,3 +221,21 @@ def test_running_averages_count_in_the_states():
         m = Transformer(TransformerConfig(vocab_size=64, n_layer=2, n_head=4, n_embd=32))
     n = m.num_params(False)
     assert hardware.memory_estimate(m, 2, 32, True, fsdp_world=4, averages=3)['states'] == 7 * n
+
+
+@pytest.mark.parametrize('name', PAPER_CONFIGS)
+def test_dry_run_prints_the_plan_of_every_paper_config(name, tmp_path):
+    """train.py configs/<paper config>.py --dry_run=True: the memory of each of 8 processes and
+    the plan, as the meta-device shape above gives them, with no data, weights or GPU (a CPT
+    source's shape from the release its folder names: weights.RELEASED), and nothing written."""
+    from conftest import run_train
+    c = config(f'{name}.py')
+    m = paper_model(name, c)
+    steps = int(c['max_tokens'] // c['tokens_per_batch'])
+    flops = m.flops_per_token(c['block_size']) * steps * c['tokens_per_batch']
+    out = tmp_path / 'run'
+    r = run_train(f'configs/{name}.py', '--dry_run=True', f'--out_dir={out}', '--device=cpu')
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert 'dry run, 8 processes: memory per process (estimate): ' in r.stdout
+    assert f"plan: {flops:.3g} training FLOPs" in r.stdout and 'on the disk at once' in r.stdout
+    assert not out.exists()

@@ -62,7 +62,8 @@ def relative_difference(loss, ref, grads, model):
     return worst
 
 
-def compiled_vs_eager(build, batch, backend, masks='drawn', steps=3, backward=True, inductor={}):
+def compiled_vs_eager(build, batch, backend, masks='drawn', steps=3, backward=True,
+                      inductor=None):
     """The compiled training step of build() against eager over `steps` steps (batch(i) -> x, y):
     the largest relative difference of the loss and gradients, the parameter it is in, and
     dynamo's graphs and breaks, read right after the compiled steps, before any eager call (eager
@@ -77,7 +78,7 @@ def compiled_vs_eager(build, batch, backend, masks='drawn', steps=3, backward=Tr
     if masks == 'fixed':
         dropout_py.keep_mask = hashed_mask
     try:
-        with (torch._inductor.config.patch(fallback_random=True, **inductor),
+        with (torch._inductor.config.patch(fallback_random=True, **(inductor or {})),
               torch.set_grad_enabled(backward)):
             compiled = build().train()
             step = torch.compile(compiled, backend=backend)
