@@ -120,7 +120,7 @@ wandb_run_name = ''  # default: out_dir's name
 POSITIVE = ('log_interval', 'eval_interval', 'ckpt_interval', 'eval_iters', 'eval_windows',
             'task_vocab', 'task_min_len', 'task_max_len', 'task_eval_samples', 'needle_value_len',
             'needle_keys', 'task_offset', 'batch_size', 'block_size', 'tokens_per_batch',
-            'max_tokens')
+            'max_tokens', 'dry_run_gpus')
 NOT_NEGATIVE = ('halt_at', 'skip_steps', 'train_tokens', 'weight_decay', 'grad_clip',
                 'spike_threshold', 'keep_last', 'average_interval')
 LIMITS = {**{k: (1, None) for k in POSITIVE}, **{k: (0, None) for k in NOT_NEGATIVE},
