@@ -84,3 +84,11 @@ def test_dry_run_runs_every_part(tmp_path):
     # SDPA: gradients compared too
     assert 'forward only' not in figure['compiled vs eager, attention dropout, fixed masks']
     assert 'forward only' not in figure['compiled vs eager, Mamba2, fixed masks']
+
+
+def test_only_runs_the_checks_named(tmp_path):
+    """--only: the parts whose names contain one of the words, and no other (a short GPU lease
+    runs the correctness of dropout first)."""
+    status, _, table = dry_run(tmp_path, '--quick=True', "--only=['masks', 'bf16']")
+    assert {c.split(',')[0] for c in status} == {'dropout masks', 'dropout under bf16'}
+    assert '--only="[\'masks\', \'bf16\']"' in table

@@ -7,6 +7,7 @@ and its figure against a stated bound; a part that fails or crashes never stops 
     python -m tools.gpu_check                  # everything, about 10-15 minutes on one H100/H200
     python -m tools.gpu_check --dry_run=True   # tiny sizes on CPU, every part through the paths
                                                # CPU has (tests)
+    python -m tools.gpu_check --quick=True --only="['compiled', 'masks', 'bf16']"  # a few parts
 
 Both write gpu_check/results.json and results.md. It installs nothing. The fused Mamba2 kernels are
 checked only when they import (pip install mamba-ssm causal-conv1d --no-build-isolation); otherwise
@@ -54,6 +55,9 @@ from configurator import configure
 dry_run = False  # tiny sizes on CPU: checks that every part runs, its figures mean nothing
 # only the checks that matter most (the docstring's a-e): about 5 minutes on one H100/H200
 quick = False
+# only the checks whose names contain one of these, e.g. "['compiled', 'masks', 'bf16']" (the
+# correctness of dropout first, on a short lease of a GPU); [] all
+only: list = []
 out = 'gpu_check'  # results.json and results.md go here
 # -----------------------------------------------------------------------------
 globals().update(configure(globals(), sys.argv[1:]))
@@ -135,7 +139,7 @@ def check(name, in_quick=False):
     INFO (a figure with no pass mark: timings, and what a dry run cannot measure), ERROR (it
     crashed)."""
     def wrap(fn):
-        if quick and not in_quick:
+        if (quick and not in_quick) or (only and not any(o in name for o in only)):
             return fn
         t0 = time.perf_counter()
         try:
@@ -624,7 +628,7 @@ def _():
 # -----------------------------------------------------------------------------
 name = torch.cuda.get_device_name() if device == 'cuda' else 'CPU (dry run)'
 command = ('python -m tools.gpu_check' + (' --quick=True' if quick else '')
-           + (' --dry_run=True' if dry_run else ''))
+           + (f' --only="{only}"' if only else '') + (' --dry_run=True' if dry_run else ''))
 os.makedirs(out, exist_ok=True)
 with open(os.path.join(out, 'results.json'), 'w') as f:
     json.dump({'device': name, 'torch': torch.__version__, 'torch_pin': pin, 'dry_run': dry_run,
