@@ -15,6 +15,7 @@ docs/performance.md, 'Compiled dropout', says why):
 """
 
 import functools
+from contextlib import nullcontext
 
 import torch
 import torch._dynamo.utils
@@ -173,11 +174,12 @@ def site_masks(model, x, y, backend=None, recompute=False):
             for b in layers:
                 b.forward = functools.partial(torch.utils.checkpoint.checkpoint, b.forward,
                                               use_reentrant=False)
-        # the probe's bookkeeping is Python state: traced once, not replayed when the backward
-        # recomputes a block (the recompute runs the traced graph)
         counters = torch._dynamo.utils.counters
         counters.clear()
-        with torch._dynamo.config.patch(skip_fwd_side_effects_in_bwd_under_checkpoint=True):
+        # the probe's bookkeeping is Python state: traced once, not replayed when the backward
+        # recomputes a block (the recompute runs the traced graph)
+        replay = dict(skip_fwd_side_effects_in_bwd_under_checkpoint=True)
+        with torch._dynamo.config.patch(**replay) if recompute and backend else nullcontext():
             step = torch.compile(model, backend=backend) if backend else model
             state['block'], state['call'] = -1, 0
             loss = step(x, y)[1]
