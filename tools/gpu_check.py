@@ -378,12 +378,8 @@ def _():
     for case, (m, w) in {'causal': (None, 0), 'window': (None, W), 'NAPE': (slopes, 0)}.items():
         y = attention_py.attention(q, q, v, slopes=m, window=w, dropout_p=p)[..., 0].double()
         # row i's variance: p/(1-p) sum_j P_ij^2, with the probabilities P in float64
-        pos = torch.arange(T, device=device, dtype=torch.float64)
-        distance = pos[:, None] - pos  # (T, T)
-        allowed = (distance >= 0) & (distance < w) if w else distance >= 0
-        scores = torch.zeros(H, T, T, device=device, dtype=torch.float64)
-        if m is not None:
-            scores = scores - m.double()[:, None, None] * distance
+        allowed, bias = attention_py.mask_and_bias(0, T, 0, T, m, w, device)
+        scores = (torch.zeros(H, T, T, device=device) if bias is None else bias).double()
         P = scores.masked_fill(~allowed, float('-inf')).softmax(-1)  # (H, T, T)
         se = (p / (1 - p) * P.pow(2).sum()).sqrt().item() / (H * T)
         mean = y.mean().item()
