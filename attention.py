@@ -9,7 +9,8 @@ window, and attention_kernel() alone chooses how to compute it:
 - 'flex': FlexAttention, a block mask and a score_mod (fused ALiBi and windows on CUDA);
 - 'manual': the scores written out, normalised by softmax or alpha-entmax (ASEntmax; the sort-based
   entmax-1.5 and the bisection for any alpha), with attention dropout on the probabilities;
-- 'adasplash': AdaSplash's fused entmax-1.5 on CUDA.
+- 'triton': attention_triton.py's fused kernels on CUDA, for entmax-1.5 and for softmax with
+  attention dropout, each with ALiBi, a window and offsets.
 """
 
 import functools
@@ -22,13 +23,12 @@ try:  # FlexAttention: fused ALiBi and sliding windows on CUDA (forward only on 
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 except ImportError:  # older torch
     flex_attention = None
-try:  # AdaSplash: fused entmax-1.5 attention on CUDA (its kernels take no ALiBi bias nor window)
-    from adasplash import adasplash
-    # its Triton kernels run outside the caller's graph, as mamba.py's kernels do (wrapped here,
-    # where it imports: torch.compiler.disable imports dynamo, 1.4 s at every start)
-    adasplash = torch.compiler.disable(adasplash)
-except ImportError:
-    adasplash = None
+fused_attention = None  # Triton's fused entmax-1.5 and attention-dropout kernels, on CUDA
+if torch.cuda.is_available():  # (triton's import costs 0.3 s, at every start of every script)
+    try:
+        from attention_triton import fused_attention
+    except ImportError:  # torch without triton
+        pass
 
 SCORE_ENTRIES = 2 ** 25  # the most scores (or mask entries) attention() materialises at once
 
@@ -44,8 +44,9 @@ def attention(q, k, v, *, q_start=0, k_start=0, slopes=None, window=0, dropout_p
     q (B, H, Tq, hd), k and v (B, Hkv, Tk, hd) -> (B, H, Tq, hd)"""
     kernel = 'manual' if record else attention_kernel(backend, q, k, q_start, k_start, slopes,
                                                       window, dropout_p, alpha)
-    if kernel == 'adasplash':
-        return fused_entmax(q, *repeat_kv(q, k, v))
+    if kernel == 'triton':
+        return fused_attention(q, k, v, q_start, k_start, slopes, window, dropout_p,
+                               entmax=alpha == 1.5)
     if kernel == 'flex':
         return flex(q, k, v, q_start - k_start, slopes, window)
     if kernel == 'flash':
@@ -72,10 +73,6 @@ def attention(q, k, v, *, q_start=0, k_start=0, slopes=None, window=0, dropout_p
                                   dropout_p) for i in slices], dim=2)
 
 
-def fused_entmax(q, k, v):
-    return adasplash(q, k, v, alpha=1.5, is_causal=True)
-
-
 def flash_dropout(q, k, v, p):
     """Causal attention with dropout p in half precision through FlashAttention-2's kernel, made
     unbiased. The kernel keeps a probability where an 8-bit random number is at most
@@ -97,20 +94,25 @@ def flash_rate(p):
 
 
 def attention_kernel(backend, q, k, q_start, k_start, slopes, window, dropout_p, alpha):
-    """The one place that chooses how attention() computes: 'adasplash' (fused entmax-1.5, CUDA),
+    """The one place that chooses how attention() computes: 'triton' (attention_triton.py, CUDA),
     'flex' (FlexAttention), 'flash' (SDPA's causal kernels), 'sdpa' (SDPA with an explicit mask)
-    or 'manual' (the scores written out; entmax always, where AdaSplash does not apply)."""
+    or 'manual' (the scores written out). backend 'manual' and 'sdpa' keep the unfused paths
+    (the before of docs/performance.md)."""
     # causal and nothing else
     plain = slopes is None and not window and q_start == k_start and q.size(2) == k.size(2)
-    if alpha != 1.0:  # AdaSplash's kernels take neither a bias nor a window
-        fused = adasplash is not None and q.is_cuda and alpha == 1.5 and plain and dropout_p == 0
-        return 'adasplash' if fused else 'manual'
+    # the fused kernels take head sizes that are powers of two from 16 (a tile's dot product)
+    fusable = (fused_attention is not None and q.is_cuda and backend == 'auto'
+               and q.size(-1) in (16, 32, 64, 128, 256))
+    if alpha != 1.0:  # entmax-1.5 fused with any bias, window and offset; other alphas bisect
+        return 'triton' if fusable and alpha == 1.5 else 'manual'
     # auto: flex fuses ALiBi and windows on CUDA (it has no attention dropout; the config refuses
-    # flex with it)
+    # flex with it); attention dropout with a bias or a window goes to the Triton kernel
     auto_flex = (q.is_cuda and (slopes is not None or window) and dropout_p == 0
                  and flex_attention is not None)
     if backend == 'flex' or (backend == 'auto' and auto_flex):
         return 'flex'
+    if fusable and dropout_p > 0 and not plain:
+        return 'triton'
     if backend == 'manual':
         return 'manual'
     return 'flash' if plain else 'sdpa'

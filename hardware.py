@@ -28,8 +28,8 @@ def memory_estimate(model, batch_size, block_size, bf16, checkpointing=False, fs
     blocks save for the backward, block_bytes() a token and layer; with activation checkpointing
     a float32 block input per layer plus one block; in bf16 without FSDP also the bf16 copies of
     the weights autocast keeps, 2 bytes a parameter), 'attention' (the T x T probabilities where
-    they are materialised: entmax, the 'manual' backend, and on CPU SDPA's math kernel, which
-    takes attention dropout; the fused kernels keep none) and 'logits' (the float32
+    they are materialised: entmax but on CUDA, the 'manual' backend, and on CPU SDPA's math kernel,
+    which takes attention dropout; the fused kernels keep none) and 'logits' (the float32
     log-probabilities saved, 4 bytes per token and vocabulary entry, and the gradient of the
     logits the backward starts from, in float32 and the compute dtype)."""
     c, tokens, n = model.config, batch_size * block_size, model.num_params(False)
@@ -43,7 +43,13 @@ def memory_estimate(model, batch_size, block_size, bf16, checkpointing=False, fs
     # saved by p @ v (under attention dropout: the dropped copy, and the mask, a byte an entry)
     manual = getattr(c, 'attn_backend', '') == 'manual'
     dropped = getattr(c, 'attn_dropout', 0.0) > 0
-    materialised = (getattr(c, 'attn_alpha', 1.0) != 1.0 or manual
+    alpha = getattr(c, 'attn_alpha', 1.0)
+    # entmax-1.5 on CUDA: attention_triton's kernel, which saves o2 (float32) and two float32
+    # figures a row and head instead
+    fused_entmax = alpha == 1.5 and not manual and device_type == 'cuda'
+    if fused_entmax:
+        block += tokens * 4 * (c.n_head * (c.head_dim or c.n_embd // c.n_head) + 2 * c.n_head)
+    materialised = ((alpha != 1.0 and not fused_entmax) or manual
                     or (dropped and device_type == 'cpu'))
     per_entry = 4 + ((1 + e) if dropped else (2 if bf16 else 0))
     probs = per_entry * batch_size * c.n_head * block_size ** 2 if materialised else 0  # per layer

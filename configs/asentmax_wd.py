@@ -6,7 +6,8 @@ from configs.wd import *  # noqa: F401,F403
 out_dir = 'out/scratch_asentmax_wd'
 attn_alpha = 1.5
 attn_scale = 'adaptive'
-# entmax materialises its probabilities (no fused kernel takes NAPE's bias): at 16 x 2048 they
-# alone are 116 GB per GPU (float32 for entmax's backward, bf16 for p @ v). 4 sequences per
-# micro-step (8 micro-steps on 8 GPUs) keep the step the same and fit 80 GB: ~40 GB (hardware.py)
+# written out, entmax's probabilities at 16 x 2048 alone are 116 GB per GPU (float32 for entmax's
+# backward, bf16 for p @ v); attention_triton's fused kernel (CUDA) keeps none, but no GPU has
+# measured it yet. 4 sequences per micro-step (8 micro-steps on 8 GPUs) keep the step the same and
+# fit 80 GB either way (hardware.py)
 batch_size = 4

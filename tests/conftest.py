@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 import torch
 
+# Triton's kernels (attention_triton.py) run on the CPU, interpreted: set before they are defined
+os.environ['TRITON_INTERPRET'] = '1'
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 torch.set_num_threads(2)  # and the processes tests start: runs in this process and in others

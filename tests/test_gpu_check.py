@@ -60,26 +60,35 @@ def test_quick_dry_run(tmp_path):
         'nanoGPT', 'none', 'PL-D', 'VPAD']
     assert all(status[c] == 'INFO' and 'the time of none' in figure[c]
                for c in status if c.startswith('speed'))
-    assert status['ASEntmax at its micro-batch'] == 'INFO'  # no memory to measure on CPU
+    # attention_triton's kernels, interpreted: values and gradients
+    assert [status[c] for c in status if c.startswith('fused attention')] == ['PASS'] * 2
+    assert all(f'{n} ' in figure[c] for c in status if c.startswith('fused attention')
+               for n in ('y', 'dq', 'dk', 'dv'))
+    # no memory, MFU or kernel to measure on CPU
+    assert status['ASEntmax at its micro-batch, fused'] == 'INFO'
+    assert [status[c] for c in status if c.startswith('attention dropout with NAPE')] == [
+        'INFO'] * 2
     assert [status[c] for c in status if c.startswith('prefill and decoding')] == ['PASS'] * 2
     # compile time apart; no bound without a GPU's peak and bandwidth
     assert all(status[c] == 'INFO' and 'the first run, compiling' in figure[c]
                for c in status if c.startswith('steady state'))
-    assert len(status) == 12 + 5 + 4 + 5 + 4 + 1 + 4  # and nothing of the whole run
+    assert len(status) == 12 + 2 + 5 + 4 + 5 + 4 + 1 + 2 + 4  # and nothing of the whole run
 
 
 def test_dry_run_runs_every_part(tmp_path):
-    status, figure, _ = dry_run(tmp_path)
+    """The whole run's own parts (the parts it shares with the quick run, at the same dry-run
+    sizes, are test_quick_dry_run's)."""
+    status, figure, _ = dry_run(tmp_path, "--only=['compiled', 'masks', 'checkpointing', "
+                                          "'mamba', '20 bf16', 'FSDP2', 'regularizers', 'Mamba2']")
     correctness = [c for c in status
-                   if c.startswith(('attention vs float64', 'compiled vs eager',
-                                    'dropout masks', 'dropout under bf16', '20 bf16', 'FSDP2',
+                   if c.startswith(('compiled vs eager', 'dropout masks', '20 bf16', 'FSDP2',
                                     'activation checkpointing'))]
-    assert len(correctness) == 12 + 6 + 8 + 5 + 2 + 1 + 2
+    assert len(correctness) == 6 + 8 + 2 + 1 + 2
     assert all(status[c] == 'PASS' for c in correctness if 'drawn masks' not in c)
     # no kernels on CPU, and it says so
     assert status['mamba_ssm kernels vs the PyTorch scan'] == 'SKIP'
-    assert {'Mamba2-85M', 'ASEntmax at its micro-batch', 'prefill and decoding at 512',
-            'speed, NAPE 2L/64 at 64, nanoGPT', 'speed, NAPE 2L/64 at 64, attention dropout',
+    assert {'Mamba2-85M', 'speed, NAPE 2L/64 at 64, nanoGPT',
+            'speed, NAPE 2L/64 at 64, attention dropout',
             'dropout masks, Mamba2 PL-D, compiled, activation checkpointing'} <= set(status)
     # SDPA: gradients compared too
     assert 'forward only' not in figure['compiled vs eager, attention dropout, fixed masks']

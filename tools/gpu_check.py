@@ -14,16 +14,18 @@ checked only when they import (pip install mamba-ssm causal-conv1d --no-build-is
 that part says SKIP.
 
 The quick run: (a) attention.attention on each backend against float64 at query offsets 0 / 8K /
-64K, fp32 and bf16, softmax and entmax; (b) the compiled training step of configs/scratch.py's
-model (4 layers) against eager with fixed masks, none, PL-D and VPAD (tools/masks.py), and VPAD
-with its drawn masks, reordering passes on and off; (c) the dropout masks of PL-D and VPAD where
-they are used, compiled, with and without activation checkpointing: forward against backward, keep
-rates, kept scales, correlations; (d) dropout's mean under bf16 (E[D(x)] = x), eager, compiled,
-and attention dropout causal, windowed and with NAPE; (e) tokens/s, MFU and peak memory of none,
-PL-D and VPAD beside nanoGPT's model at the same size; (f) a step of configs/asentmax_wd.py, its
-peak memory against the estimate; (g) a 64K chunked prefill and 32 decoded tokens: recompiles, host
-syncs per token, the peak memory against hardware.py's estimate, then the steady state against the
-hardware's bounds. The first line says which torch runs it against requirements.txt's pin.
+64K, fp32 and bf16, softmax and entmax, and attention_triton's kernels with their gradients; (b) the
+compiled training step of configs/scratch.py's model (4 layers) against eager with fixed masks,
+none, PL-D and VPAD (tools/masks.py), and VPAD with its drawn masks, reordering passes on and off;
+(c) the dropout masks of PL-D and VPAD where they are used, compiled, with and without activation
+checkpointing: forward against backward, keep rates, kept scales, correlations; (d) dropout's mean
+under bf16 (E[D(x)] = x), eager, compiled, and attention dropout causal, windowed and with NAPE; (e)
+tokens/s, MFU and peak memory of none, PL-D and VPAD beside nanoGPT's model at the same size; (f) a
+step of configs/asentmax_wd.py (fused; beside softmax and its written-out path): 25% MFU, its peak
+memory against the estimate; attention dropout with NAPE, fused, beside none and SDPA: 1.3x the time
+of none; (g) a 64K chunked prefill and 32 decoded tokens: recompiles, host syncs per token, the peak
+memory against hardware.py's estimate, then the steady state against the hardware's bounds. The
+first line says which torch runs it against requirements.txt's pin.
 The whole run adds: the compiled step of every variant; the masks of PN-D and Mamba2's PL-D; the
 mamba_ssm kernels against the PyTorch scan; 20 bf16 training steps against fp32 (NAPE and
 ASEntmax); FSDP2 + compile + activation checkpointing + flex, as configs/smollm3_cpt.py composes
@@ -212,7 +214,8 @@ def _():
                     # flex where 'auto' takes it, for a bias or a window (a plain causal layer
                     # goes to SDPA's)
                     flex = ('flex',) if m is not None or w else ()
-                    for b in ('sdpa', 'manual', *flex) if alpha == 1.0 else ('manual',):
+                    # entmax: written out, and fused ('auto': attention_triton on CUDA)
+                    for b in ('sdpa', 'manual', *flex) if alpha == 1.0 else ('manual', 'auto'):
                         kernel = attention_py.attention_kernel(b, q, k, offset, 0, m, w, 0.0, alpha)
                         y = attention_py.attention(q, k, v, q_start=offset, slopes=m, window=w,
                                                    backend=b, alpha=alpha)
@@ -224,6 +227,51 @@ def _():
                 lines.append((f"attention vs float64, {normaliser}, {str(dtype)[6:]}, "
                               f"offset {offset}",
                               'PASS' if worst < tol else 'FAIL', f"{figure} (bound {tol:.0e})"))
+    return lines
+
+
+@check('fused attention gradients vs float64', in_quick=True)
+def _():
+    """attention_triton's kernels (entmax-1.5, and softmax as attention dropout uses it) on NAPE
+    and NAPE + window at query offsets 0 / 8K / 64K: the output and the gradients of q, k and v
+    against the written-out path in float64. A dry run: the interpreter, one offset, float32."""
+    if device == 'cpu' and os.environ.get('TRITON_INTERPRET') != '1':  # read at triton's import
+        return 'SKIP', 'on a CPU the kernels run only with TRITON_INTERPRET=1 set (tests set it)'
+    try:
+        from attention_triton import fused_attention
+    except ImportError:
+        return 'SKIP', 'triton not importable here'
+    rows, H, hd, window = (16, 4, 16, 8) if dry_run else (128, 12, 64, 2048)
+    offsets, dtypes = ((24,), (torch.float32,)) if dry_run else \
+        ((0, 8192, 65536), (torch.float32, torch.bfloat16))
+    slopes = model_py.alibi_slopes(H, 'nape').to(device)
+    lines = []
+    for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 2e-2)):
+        for offset in offsets if dtype in dtypes else ():
+            g = torch.Generator(device).manual_seed(offset)
+            q, k, v, dy = (torch.randn(1, H, offset + rows if i in (1, 2) else rows, hd,
+                                       generator=g, device=device, dtype=torch.float64)
+                           for i in range(4))
+            for alpha, normaliser in ((1.0, 'softmax'), (1.5, 'entmax')):
+                errs = {}
+                for case, w in (('NAPE', 0), ('NAPE + window', window)):
+                    ref = [t.clone().requires_grad_() for t in (q, k, v)]
+                    y = attention_py.attention(*ref, q_start=offset, slopes=slopes.double(),
+                                               window=w, backend='manual', alpha=alpha)
+                    (y * dy).sum().backward()
+                    got = [t.to(dtype).requires_grad_() for t in (q, k, v)]
+                    out = fused_attention(*got, offset, 0, slopes, w, entmax=alpha == 1.5)
+                    (out * dy.to(dtype)).sum().backward()
+                    for name, a, b in zip(('y', 'dq', 'dk', 'dv'), [out] + [t.grad for t in got],
+                                          [y] + [t.grad for t in ref]):
+                        e = ((a.double() - b).abs().max() / b.abs().max()).item()
+                        if e >= errs.get(name, (-1.0,))[0]:
+                            errs[name] = (e, case)
+                worst = max(e for e, _ in errs.values())
+                lines.append((f"fused attention vs float64, {normaliser}, {str(dtype)[6:]}, "
+                              f"offset {offset}", 'PASS' if worst < tol else 'FAIL',
+                              ', '.join(f"{n} {e:.1e} ({c})" for n, (e, c) in errs.items())
+                              + f" (bound {tol:.0e})"))
     return lines
 
 
@@ -370,20 +418,21 @@ def _():
                       f"kept scale x (1-p) - 1 = {scale - 1:+.1e} (bound 1e-4)"))
     # attention dropout, through attention() as the model calls it: q = 0, so that the output is
     # the kept values' weighted mean, scaled; v = 1. Causal alone takes FlashAttention-2's kernel
-    # (attention.flash_dropout), a window or NAPE's bias the masked path
+    # (attention.flash_dropout), a window or NAPE's bias attention_triton's (SDPA on CPU)
     H, T, W = (4, 256, 64) if dry_run else (16, 2048, 512)
     q = torch.zeros(1, H, T, 64, device=device, dtype=torch.bfloat16)
     v = torch.ones_like(q)
     slopes = model_py.alibi_slopes(H, 'nape').to(device)
     for case, (m, w) in {'causal': (None, 0), 'window': (None, W), 'NAPE': (slopes, 0)}.items():
-        y = attention_py.attention(q, q, v, slopes=m, window=w, dropout_p=p)[..., 0].double()
+        y = attention_py.attention(q, q, v, slopes=m, window=w, dropout_p=p,
+                                   backend='auto')[..., 0].double()
         # row i's variance: p/(1-p) sum_j P_ij^2, with the probabilities P in float64
         allowed, bias = attention_py.mask_and_bias(0, T, 0, T, m, w, device)
         scores = (torch.zeros(H, T, T, device=device) if bias is None else bias).double()
         P = scores.masked_fill(~allowed, float('-inf')).softmax(-1)  # (H, T, T)
         se = (p / (1 - p) * P.pow(2).sum()).sqrt().item() / (H * T)
         mean = y.mean().item()
-        kernel = attention_py.attention_kernel('sdpa', q, q, 0, 0, m, w, p, 1.0)
+        kernel = attention_py.attention_kernel('auto', q, q, 0, 0, m, w, p, 1.0)
         lines.append((f"dropout under bf16, attention dropout, {case}",
                       'PASS' if abs(mean - 1) < 5 * se else 'FAIL',
                       f"E[output]/v - 1 = {mean - 1:+.1e} (bound {5 * se:.0e}; kernel {kernel})"))
@@ -552,15 +601,50 @@ def _():
 
 @check('ASEntmax at its micro-batch', in_quick=True)
 def _():
+    """configs/asentmax_wd.py's step beside the softmax model of the same size and its own
+    written-out entmax (attn_backend='manual', the path before attention_triton), timed side by
+    side: the fused kernel at 25% MFU or more, its peak memory as hardware.py estimates it."""
     kind, args, T, B = ASENTMAX
-    m = build(kind, args)
-    est = hardware.memory_estimate(m, B, T, bf16=device == 'cuda', device_type=device)
+    models = {'fused': build(kind, args)}
+    if not dry_run:
+        models = {'softmax': build(kind, args, attn_alpha=1.0, attn_scale='none'), **models,
+                  'written out': build(kind, args, attn_backend='manual')}
+    est = hardware.memory_estimate(models['fused'], B, T, bf16=device == 'cuda',
+                                   device_type=device)
     est = sum(est.values()) / 2 ** 30
-    steps, rounds = (1, 1) if quick else (3, 1)
-    _, fig, peak = speed({'ASEntmax': m}, args['vocab_size'], T, B, steps, rounds)['ASEntmax']
-    return goal(within(peak, est) and peak < 80), \
-        f"batch {B} x {T}: {fig}; hardware.py's estimate {est:.3g} GB " \
-        f"(bound: within {MEMORY_RATIO}x, and under 80 GB)"
+    steps, rounds = (3, 1) if quick else (5, 2)
+    figs = speed(models, args['vocab_size'], T, B, steps, rounds)
+    _, peak_flops = hardware.peak_flops(device)
+    lines = []
+    for name, (tps, fig, peak) in figs.items():
+        mfu = models[name].flops_per_token(T) * tps / peak_flops if peak_flops else 0
+        ok = goal(mfu >= 0.25 and within(peak, est)) if name == 'fused' else 'INFO'
+        bound = (f"; hardware.py's estimate {est:.3g} GB (bound: 25% MFU, and the peak within "
+                 f"{MEMORY_RATIO}x)" if name == 'fused' else '')
+        lines.append((f"ASEntmax at its micro-batch, {name}", ok,
+                      f"batch {B} x {T}: {fig}, {figs['fused'][0] / tps:.2f}x the tokens/s of "
+                      f"fused{bound}"))
+    return lines
+
+
+@check('attention dropout with NAPE', in_quick=True)
+def _():
+    """The scratch model with attention dropout p = 0.1, through attention_triton's kernel
+    ('auto') and through SDPA in float32 with the bias as a T x T mask ('sdpa', the path before),
+    beside no dropout, timed side by side: the goal is 1.3x the time of none or less."""
+    kind, args, T, B = SCRATCH
+    models = {'none': build(kind, args),
+              'fused': build(kind, args, attn_dropout=0.1)}
+    if not dry_run:
+        models['SDPA, float32'] = build(kind, args, attn_dropout=0.1, attn_backend='sdpa')
+    steps, rounds = (3, 1) if quick else (5, 2)
+    figs = speed(models, args['vocab_size'], T, B if dry_run else 8, steps, rounds)
+    base = figs['none'][0]
+    return [(f"attention dropout with NAPE, {n}",
+             goal(base / tps <= 1.3) if n == 'fused' else 'INFO',
+             f"{fig}, {base / tps:.2f}x the time of none" + (" (bound 1.3x)" if n == 'fused'
+                                                              else ''))
+            for n, (tps, fig, _) in figs.items()]
 
 
 @check('prefill and decoding to 64K', in_quick=True)

@@ -1,0 +1,148 @@
+"""attention_triton.py's fused kernels, run by Triton's interpreter on the CPU (conftest sets
+TRITON_INTERPRET=1), against attention.py's written-out path in float64: values and gradients,
+softmax and entmax-1.5, NAPE's bias, windows, grouped-query heads, queries at 8K and 64K into the
+keys, entmax's support, and attention dropout's masks (forward against backward, keep rate,
+scale)."""
+
+import pytest
+import torch
+
+import attention
+from model import alibi_slopes
+
+pytest.importorskip('triton')
+from attention_triton import fused_attention  # noqa: E402 (after conftest's TRITON_INTERPRET)
+
+B, H, HKV, D = 2, 4, 2, 16  # two query heads per key head
+SLOPES = alibi_slopes(H, 'nape')  # 1, 1/2 and two NoPE heads (slope 0)
+# name: (slopes, window, position of the first query, queries, keys): the queries are the last Tq
+# of the Tk positions (keys from a cache at the offsets)
+CASES = {'causal': (None, 0, 0, 24, 24), 'NAPE': (SLOPES, 0, 0, 24, 24),
+         'NAPE + window': (SLOPES, 6, 0, 24, 24), 'NAPE at 8K': (SLOPES, 0, 8192, 9, 26),
+         'NAPE + window at 64K': (SLOPES, 7, 65536, 20, 27)}
+
+
+def inputs(Tq, Tk, seed=0, d=D):
+    """q, k, v as the model makes them: (B, T, H, hd) transposed, so not contiguous."""
+    g = torch.Generator().manual_seed(seed)
+    q = 2 * torch.randn(B, Tq, H, d, generator=g, dtype=torch.float64).transpose(1, 2)
+    k = 2 * torch.randn(B, Tk, HKV, d, generator=g, dtype=torch.float64).transpose(1, 2)
+    v = torch.randn(B, Tk, HKV, d, generator=g, dtype=torch.float64).transpose(1, 2)
+    return q, k, v
+
+
+def reference(q, k, v, q_start, k_start, slopes, window, alpha, mask=None, p=0.0):
+    """attention.py's written-out scores in float64; with a keep mask, dropped by it."""
+    if mask is None:
+        return attention.attention(q, k, v, q_start=q_start, k_start=k_start, slopes=slopes,
+                                   window=window, backend='manual', alpha=alpha)
+    probs = []
+    attention.attention(q, k, v, q_start=q_start, k_start=k_start, slopes=slopes, window=window,
+                        backend='manual', alpha=alpha, record=probs.append)
+    return (probs[0] * mask / (1 - p)) @ attention.repeat_kv(q, k, v)[1]
+
+
+def relative(a, b):
+    return ((a.double() - b).abs().max() / b.abs().max()).item()
+
+
+@pytest.mark.parametrize('entmax', [False, True], ids=['softmax', 'entmax'])
+@pytest.mark.parametrize('case', CASES)
+def test_values_and_gradients_equal_float64(case, entmax):
+    slopes, window, q_start, Tq, Tk = CASES[case]
+    k_start = q_start + Tq - Tk
+    q, k, v = inputs(Tq, Tk)
+    leaves = [t.float().requires_grad_() for t in (q, k, v)]
+    y = fused_attention(*leaves, q_start, k_start, slopes, window, entmax=entmax)
+    g = torch.randn(y.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    (y * g).sum().backward()
+    ref_leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    ref = reference(*ref_leaves, q_start, k_start, None if slopes is None else slopes.double(),
+                    window, 1.5 if entmax else 1.0)
+    (ref * g).sum().backward()
+    assert relative(y, ref) < 1e-5  # tools/gpu_check.py's float32 bound
+    for got, want in zip(leaves, ref_leaves):
+        assert relative(got.grad, want.grad) < 1e-5
+
+
+def test_entmax_support_is_exact():
+    """With v the identity the output is the probabilities: exactly 0 where float64 entmax is 0,
+    positive where it is, rows summing to 1; an ALiBi head's support lies nearer than a NoPE
+    head's."""
+    T = 32
+    q, k, _ = inputs(T, T, seed=2, d=T)
+    v = torch.eye(T, dtype=torch.float64).expand(B, HKV, T, T)
+    P = fused_attention(q.float(), k.float(), v.float(), slopes=SLOPES, entmax=True)
+    ref = reference(q, k, v, 0, 0, SLOPES.double(), 0, 1.5)  # (B, H, T, T)
+    assert (P[ref == 0] == 0).all() and (P[ref > 1e-6] > 0).all()
+    assert (ref == 0).float().mean() > 0.5  # sparse, so the support is tested
+    torch.testing.assert_close(P.sum(-1).double(), torch.ones(B, H, T, dtype=torch.float64))
+    distance = torch.arange(T)[:, None] - torch.arange(T)
+    far = (P > 0) * distance  # (B, H, T, T)
+    assert far[:, 0].sum() < far[:, 3].sum() / 2  # slope 1 against NoPE
+
+
+@pytest.mark.parametrize('entmax', [False, True], ids=['softmax', 'entmax'])
+def test_attention_dropout_masks(entmax):
+    """One seed draws one mask, in the forward and again in the backward. With v the identity the
+    output is the kept probabilities times 1/(1-p): the keep rate is 1-p (5 sigma) and the kept
+    values P/(1-p); with that mask the gradients equal float64's."""
+    p, T = 0.25, 32
+    slopes, alpha = SLOPES.double(), 1.5 if entmax else 1.0
+    q, k, v = inputs(T, T, seed=3, d=T)
+    eye = torch.eye(T, dtype=torch.float64).expand(B, HKV, T, T)
+    torch.manual_seed(5)
+    y = fused_attention(q.float(), k.float(), eye.float(), slopes=SLOPES, window=20, dropout_p=p,
+                        entmax=entmax)  # (B, H, T, T)
+    P = reference(q, k, eye, 0, 0, slopes, 20, alpha)
+    live = P > 1e-3
+    mask = y != 0
+    rate, n = mask[live].float().mean().item(), live.sum().item()
+    assert abs(rate - (1 - p)) < 5 * (p * (1 - p) / n) ** 0.5
+    torch.testing.assert_close(y[mask].double(), P[mask] / (1 - p), rtol=1e-5, atol=1e-7)
+    torch.manual_seed(6)  # another seed, another mask
+    assert (fused_attention(q.float(), k.float(), eye.float(), slopes=SLOPES, window=20,
+                            dropout_p=p, entmax=entmax) != 0).ne(mask).any()
+    # the same seed with other values: the same mask, in the forward and the backward
+    leaves = [t.float().requires_grad_() for t in (q, k, v)]
+    torch.manual_seed(5)
+    out = fused_attention(*leaves, slopes=SLOPES, window=20, dropout_p=p, entmax=entmax)
+    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    (out * g).sum().backward()
+    ref_leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    keep = mask.double().where(P > 0, 1.0)  # where P is 0 the mask does not show; nor matter
+    ref = reference(*ref_leaves, 0, 0, slopes, 20, alpha, keep, p)
+    (ref * g).sum().backward()
+    assert relative(out, ref) < 1e-5
+    for got, want in zip(leaves, ref_leaves):
+        assert relative(got.grad, want.grad) < 1e-5
+
+
+def test_attention_calls_it_as_it_calls_the_others(monkeypatch):
+    """attention() hands the kernel its arguments in order (offsets, bias, window, entmax): the
+    choice forced to 'triton', as on CUDA, it equals the written-out path."""
+    q, k, v = inputs(9, 26)
+    kw = dict(q_start=8192, k_start=8192 + 9 - 26, slopes=SLOPES, window=11)
+    want = {alpha: attention.attention(q, k, v, **kw, alpha=alpha, backend='manual')
+            for alpha in (1.0, 1.5)}
+    monkeypatch.setattr(attention, 'fused_attention', fused_attention)
+    monkeypatch.setattr(attention, 'attention_kernel', lambda *args: 'triton')
+    for alpha in (1.0, 1.5):
+        got = attention.attention(q.float(), k.float(), v.float(), **kw, alpha=alpha)
+        assert relative(got, want[alpha]) < 1e-5
+
+
+def test_one_graph_under_torch_compile():
+    """The kernels are one opaque operator to dynamo (torch.library.custom_op): no graph break,
+    and its fake implementation gives AOTAutograd the shapes for the backward."""
+    q, k, v = (t.float().requires_grad_() for t in inputs(24, 24))
+    fn = torch.compile(lambda q, k, v: fused_attention(q, k, v, slopes=SLOPES, window=6,
+                                                       entmax=True), backend='aot_eager',
+                       fullgraph=True)
+    y = fn(q, k, v)
+    y.sum().backward()
+    want = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    fused_attention(*want, slopes=SLOPES, window=6, entmax=True).sum().backward()
+    torch.testing.assert_close(y, fused_attention(*want, slopes=SLOPES, window=6, entmax=True))
+    for got, w in zip((q, k, v), want):
+        torch.testing.assert_close(got.grad, w.grad)
