@@ -31,6 +31,9 @@ import triton
 import triton.language as tl
 
 BLOCK = 64  # queries and keys per tile on a GPU; the interpreter takes 16
+# ptxas for sm_90, bf16, 64 x 64 tiles: with 4 warps every kernel but dQ spills (84-304 bytes),
+# with 8 only dK and dV under dropout (16-112 bytes); unmeasured on a GPU
+NUM_WARPS = 8
 N_ITER = 30  # the most Newton passes for tau (it stops earlier, see _entmax_tau)
 
 
@@ -341,7 +344,7 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slopes: torch.Te
                         dropout_p, entmax)
     _fwd[(triton.cdiv(Tq, tile), B * H)](
         q, k, v, slopes, seed, o, o2, s1, s2, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
-        **args, BLOCK_M=tile, BLOCK_N=tile, N_ITER=N_ITER)
+        **args, BLOCK_M=tile, BLOCK_N=tile, N_ITER=N_ITER, num_warps=NUM_WARPS)
     return o, o2, s1, s2
 
 
@@ -369,10 +372,10 @@ def _backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
     strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3])
     _bwd_dkdv[(triton.cdiv(Tk, tile), B * Hkv)](
         q, k, v, slopes, seed, do, s1, s2, delta, dk, dv, *strides, **args, BLOCK_M=tile,
-        BLOCK_N=tile)
+        BLOCK_N=tile, num_warps=NUM_WARPS)
     _bwd_dq[(triton.cdiv(Tq, tile), B * H)](
         q, k, v, slopes, seed, do, s1, s2, delta, dq, *strides, **args, BLOCK_M=tile,
-        BLOCK_N=tile)
+        BLOCK_N=tile, num_warps=NUM_WARPS)
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 

@@ -4,10 +4,15 @@ softmax and entmax-1.5, NAPE's bias, windows, grouped-query heads, queries at 8K
 keys, entmax's support, and attention dropout's masks (forward against backward, keep rate,
 scale)."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
 import attention
+from conftest import ROOT
 from model import alibi_slopes
 
 pytest.importorskip('triton')
@@ -146,3 +151,38 @@ def test_one_graph_under_torch_compile():
     torch.testing.assert_close(y, fused_attention(*want, slopes=SLOPES, window=6, entmax=True))
     for got, w in zip((q, k, v), want):
         torch.testing.assert_close(got.grad, w.grad)
+
+
+COMPILE = """
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+import attention_triton as at
+pointers = {**dict.fromkeys(('Q', 'K', 'V', 'O', 'DO'), '*bf16'), 'SEED': '*i64',
+            **dict.fromkeys(('O2', 'S1', 'S2', 'SL', 'DELTA', 'DQ', 'DK', 'DV'), '*fp32')}
+for entmax in (False, True):
+    constants = dict(ENTMAX=entmax, HAS_BIAS=True, WINDOW=True, DROPOUT=True, PRECISION='tf32',
+                     D=64, BLOCK_M=at.BLOCK, BLOCK_N=at.BLOCK, N_ITER=at.N_ITER)
+    for fn in (at._fwd, at._bwd_dkdv, at._bwd_dq):
+        names = fn.arg_names
+        signature = {n: 'constexpr' if n in constants else pointers.get(n) or (
+            'fp32' if n in ('sm_scale', 'p_drop') else 'i32') for n in names}
+        src = ASTSource(fn=fn, signature=signature, constexprs={
+            (names.index(n),): v for n, v in constants.items() if n in names})
+        kernel = triton.compile(src, target=GPUTarget('cuda', 90, 32),
+                                options=dict(num_warps=at.NUM_WARPS))
+        assert '.target sm_90' in kernel.asm['ptx'] and kernel.asm['cubin']
+        print(fn.__name__, 'entmax' if entmax else 'softmax', len(kernel.asm['cubin']))
+"""
+
+
+def test_the_kernels_compile_for_an_h100(tmp_path):
+    """What the interpreter lets pass, a GPU's compiler may not (the types of values carried
+    through loops): Triton's compiler and its bundled ptxas build each kernel for sm_90, in bf16,
+    with every feature on (bias, window, dropout), at the GPU's tile and warps. In a process of its
+    own: this one's kernels are interpreted."""
+    env = {k: v for k, v in os.environ.items() if k != 'TRITON_INTERPRET'}
+    r = subprocess.run([sys.executable, '-c', COMPILE], cwd=ROOT, capture_output=True, text=True,
+                       env={**env, 'TRITON_CACHE_DIR': str(tmp_path)}, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert len(r.stdout.split('\n')) == 7  # 2 x 3 kernels
