@@ -32,8 +32,10 @@ def commands():
 def save_quiet(path, data_dir, **changes):
     """A tiny checkpoint that answers the end of text at once (its final LayerNorm gives a
     constant that only the end-of-text row of its head reads): every answer is empty, so the
-    tables cost a prefill per sample, not 128 decoding steps."""
-    save_tiny(path, data_dir, norm='layernorm', bias=True, tie_embeddings=False, **changes)
+    tables cost a prefill per sample, not 128 decoding steps. RoPE: causal attention with no
+    bias or mask to build (NAPE's bias costs more than the model at this size)."""
+    save_tiny(path, data_dir, norm='layernorm', bias=True, tie_embeddings=False,
+              pos_encoding='rope', **changes)
     ckpt = checkpoint.load(str(path))
     state = ckpt['model']
     state['norm_f.weight'].zero_()
@@ -135,6 +137,13 @@ def check_layout(table, printed, layout):
         return
     for label in labels:
         assert re.search(rf'\n{re.escape(label)} ', printed), (table, label)
+    if table == 'figure1':  # each run at its checkpoints, named by their steps
+        assert re.search(r'\nWD 4 .*\nWD 7 .*\nVPAD 4 .*\nVPAD 7 .*\|', printed), printed
+    if table == 'figure6':  # each run at its last checkpoint (K = 0) and its average
+        for run in ('WD', 'no-WD', 'PN-D', 'PL-D', 'VPAD'):
+            assert re.search(rf'\n{run} +0 +0\.0 +- +32\.0000\n{run} +2 ', printed), run
+    if table == 'figure4':  # the loss bands, then NIAH-1 and RULER by length
+        assert re.search(r'\nrow +<=1x +1-2x +2-3x \| NIAH-1 +1K \| RULER +1K\n', printed)
     assert os.path.exists(layout / 'tables' / f"{table}.png" if table.startswith('figure') else
                           layout / 'tables' / f"table{table}_{spec['measures'][0][0]}.json")
     if not table.startswith('figure'):

@@ -400,10 +400,10 @@ def figure(name, spec, rows, labels, blocks, train_length, path):
         runs = {}
         for (label, _, which), r, lo in zip(rows, got['ruler'], loss):
             k = int(which[3:]) if which.startswith('avg') else 0
-            ood = sum(r['score'][L] for L in ruler_ood) / max(len(ruler_ood), 1)
+            ood = sum(r['score'][L] for L in ruler_ood) / len(ruler_ood) if ruler_ood else math.nan
             mean = sum(lo['curve']) / len(lo['curve'])
             runs.setdefault(label.split(',')[0], []).append((k, r['score'][ruler_id], ood, mean))
-            print(f"{label.split(',')[0]:<10}{k:>4}{r['score'][ruler_id]:>12.1f}{ood:>12.1f}"
+            print(f"{label.split(',')[0]:<10}{k:>4}{r['score'][ruler_id]:>12.1f}{cell(ood, 12)}"
                   f"{mean:>10.4f}")
         panels = [(title, 'K (0: the last checkpoint)', what,
                    [(run, [p[0] for p in ps], [p[i] for p in ps]) for run, ps in runs.items()],
@@ -423,17 +423,18 @@ def figure(name, spec, rows, labels, blocks, train_length, path):
             for m in ('niah', 'ruler') if m in got))
     positions = range(1, len(loss[0]['smoothed']) + 1)
     if name == 'figure1':  # a panel per run: its checkpoints' curves; then RULER by step
+        runs = {}
+        for label, lo, r in zip(labels, loss, got['ruler']):
+            run, step = label.rsplit(' ', 1)
+            runs.setdefault(run, []).append(
+                (int(step), lo['smoothed'], sum(r['score'].values()) / len(r['score'])))
         panels = [(f"{run}: per-position loss", 'position', 'cross-entropy (nats)',
-                   [(f"step {lo['step']}", positions, lo['smoothed'])
-                    for (r, _, _), lo in zip(expanded(rows, labels), loss) if r == run], False)
-                  for run in dict.fromkeys(r for r, _, _ in expanded(rows, labels))]
-        ruler = [(run, [lo['step'] for (r, _, _), lo in zip(expanded(rows, labels), loss)
-                        if r == run],
-                  [sum(s['score'].values()) / len(s['score'])
-                   for (r, _, _), s in zip(expanded(rows, labels), got['ruler']) if r == run])
-                 for run in dict.fromkeys(r for r, _, _ in expanded(rows, labels))]
+                   [(f"step {step}", positions, curve) for step, curve, _ in points], False)
+                  for run, points in runs.items()]
         panels.append(('RULER, ' + ' and '.join(map(length_label, ls['ruler'])), 'step',
-                       'RULER (mean over the lengths)', ruler, False))
+                       'RULER (mean over the lengths)',
+                       [(run, [p[0] for p in points], [p[2] for p in points])
+                        for run, points in runs.items()], False))
         return draw(path, panels, train_length)
     panels = [('arXiv papers', 'position', 'cross-entropy (nats)',
                [(label, positions, lo['smoothed']) for label, lo in zip(labels, loss)], False)]
@@ -441,12 +442,6 @@ def figure(name, spec, rows, labels, blocks, train_length, path):
                 [(label, ls[m], [s['score'][L] for L in ls[m]])
                  for label, s in zip(labels, got[m])], True) for m in ('niah', 'ruler')]
     return draw(path, panels, train_length)
-
-
-def expanded(rows, labels):
-    """The rows, one per checkpoint label (Figure 1's rows are several checkpoints each)."""
-    return [next(r for r in rows if label.startswith(r[0] + ' ') or label == r[0])
-            for label in labels]
 
 
 if __name__ == '__main__':
@@ -487,9 +482,9 @@ if __name__ == '__main__':
         found = [checkpoints(name, which, runs, weights, ks, points) for _, name, which in rows]
         paths = [p for group in found for p in group]
         # Figure 1's rows are several checkpoints each: named by their steps
-        labels = [label + (' ' + re.findall(r'\d+', os.path.basename(p))[-1].lstrip('0')
-                           if len(group) > 1 else '')
-                  for (label, _, _), group in zip(rows, found) for p in group]
+        labels = [label + (' ' + str(int(re.findall(r'\d+', os.path.basename(p))[-1]))
+                           if which == 'steps' else '')
+                  for (label, _, which), group in zip(rows, found) for p in group]
         if window is None:  # the config's pattern, e.g. [2048, 2048, 2048, 0] of SmolLM3's 36
             w = config(rows[0][1]).get('window', 0)
             window = next(w[:n] for n in range(1, len(w) + 1)
