@@ -163,5 +163,19 @@ def test_a_missing_run_or_weights_is_said_before_anything_runs(layout, tmp_path)
         run_tables(['--table=12', f'--weights={empty}', f'--out={tmp_path}/t'])
     with pytest.raises(SystemExit, match='give --table= one of 1, 5, 6'):
         run_tables(['--table=2'])
-    assert not os.path.exists(tmp_path / 't')
-    shutil.rmtree(empty, ignore_errors=True)
+    # an average of more checkpoints than a run has: said before any other average is written
+    for run in ('smollm3_no_wd', 'smollm3_attn_dropout'):
+        (tmp_path / 'runs' / run).mkdir(parents=True)
+        for name in ('ckpt_000004.pt', 'ckpt_000007.pt'):
+            shutil.copy(layout / 'out' / run / name, tmp_path / 'runs' / run / name)
+    with pytest.raises(SystemExit, match=r'no average of 5 in .*smollm3_no_wd, and .* has 2 '
+                                         r'checkpoints .* fewer than the 5 asked for'):
+        run_tables(['--table=9', f'--runs={tmp_path}/runs', f'--weights={layout}/weights',
+                    f'--out={tmp_path}/t', '--ks=[2, 5]'])
+    assert not list((tmp_path / 'runs').glob('*/avg*')) and not os.path.exists(tmp_path / 't')
+    # a file of someone else's where the table goes
+    (tmp_path / 'mine').mkdir()
+    (tmp_path / 'mine' / 'table11_ruler.md').write_text('my notes')
+    with pytest.raises(SystemExit, match='table11_ruler.md'):
+        run_tables(['--table=11', f'--runs={layout}/out', f'--out={tmp_path}/mine'])
+    assert os.listdir(tmp_path / 'mine') == ['table11_ruler.md']

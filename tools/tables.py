@@ -24,9 +24,11 @@ import math
 import os
 import re
 import runpy
+import shlex
 import sys
 
 import checkpoint
+from measures import check_prefix, is_summary
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 K = 1024
@@ -176,7 +178,7 @@ def run(script, args, quiet=False):
     """python <script> args, in this process (no second start of torch): its command line said
     first, its output as it prints (or kept, quiet), a refusal passed on as one."""
     print(f"\n$ python {'-m ' + script[:-3].replace('/', '.') if '/' in script else script} "
-          + ' '.join(args), flush=True)
+          + shlex.join(args), flush=True)
     argv, printed = sys.argv, io.StringIO()
     sys.argv = [script, *args]
     try:
@@ -201,14 +203,20 @@ def gpu_hours(name):
     return float(found.group(1).replace(',', ''))
 
 
+def step_of(path):
+    """The step in a checkpoint's name: out/wd/ckpt_076293.pt -> 76293."""
+    return int(re.findall(r'\d+', os.path.basename(path))[-1])
+
+
 def trained(rows):
     """The configs a table's rows train (a released model's rows train nothing)."""
     return sorted({name for _, name, which in rows if which not in ('orig', 'sw')})
 
 
-def checkpoints(name, which, runs, weights, ks, points):
+def checkpoints(name, which, runs, weights, points, write=True):
     """The checkpoint paths of a row (see the rows above): one, or for 'steps' up to `points` of
-    the run's checkpoints, evenly spaced, the newest included."""
+    the run's checkpoints, evenly spaced, the newest included. A missing average is written by
+    average_ckpts.py (with write; without, only checked: the run has the checkpoints it needs)."""
     c = config(name)
     if which in ('orig', 'sw'):
         path = os.path.join(weights, os.path.basename(c['init_from'].rstrip('/')))
@@ -229,7 +237,12 @@ def checkpoints(name, which, runs, weights, ks, points):
         return [checkpoint.step_path(folder, s) for s in picks]
     k = int(which[3:])
     found = sorted(glob.glob(os.path.join(folder, f'avg{k}_*.pt')))
-    if not found:  # train.py's average_last writes them; else the last k saved checkpoints
+    if not found and not write:  # train.py's average_last writes them; else the last k saved
+        try:
+            checkpoint.select(folder, k, 1, 0, -1)
+        except ValueError as e:
+            raise SystemExit(f"no average of {k} in {folder}, and {e}")
+    if not found and write:
         run('average_ckpts.py', [f'--ckpt_dir={folder}', f'--last={k}'])
         found = sorted(glob.glob(os.path.join(folder, f'avg{k}_*.pt')))
     return found[-1:]
@@ -352,9 +365,9 @@ def variance(spec, paths):
     """Figure 3 from tools/probe_variance.py on each row: the first / second half of the layers."""
     print(f"\n{spec['title']}: mean |relative error| over matrices and layers")
     found = []
-    for path in paths:
+    for (_, name, _), path in zip(spec['rows'], paths):
         run('tools/probe_variance.py', [f'--ckpt={path}'])
-        kind = checkpoint.load_any(path)['model_args']['dropout_type']
+        kind = config(name)['dropout_type']  # the probe's own: the model's operator
         with open(path.removesuffix('.pt') + f'_probe_{kind}.json') as f:
             got = json.load(f)
         found.append((got['first_half'], got['second_half']))
@@ -452,7 +465,7 @@ if __name__ == '__main__':
     runs = 'out'  # the folder of the runs: each config's out_dir, by its last name
     weights = 'weights'  # the folder of released weights: each config's init_from, by its name
     out = 'out/tables'  # the tables (table1_niah.md, .json) and figures (figure4.png)
-    lengths: list[int] = []  # every measure's lengths; []: the paper's
+    lengths: list[int] = []  # every measure's lengths, []: the paper's (Figure 6: the first, ID)
     samples = 0  # NIAH-1 and RULER samples per task and length; 0: the scripts' defaults
     tasks: str | list = 'paper'  # RULER's tasks (eval_ruler.py)
     niah_task = 'niah_single_1'  # or niah_single_1_short (eval_niah.py)
@@ -473,24 +486,32 @@ if __name__ == '__main__':
         raise SystemExit(f"give --table= one of {', '.join(TABLES)}")
     spec = TABLES[table]
     prefix = os.path.join(out, table if table.startswith('figure') else f'table{table}')
+    # this tool's own outputs, then every row's checkpoint, before anything is written
+    check_prefix(prefix, 'tools/tables.py')
     checkpoint.check_output(prefix + '.png', True, lambda p: True, 'tools/tables.py')
+    for m, _ in spec.get('measures', []):
+        for ext in ('.json', '.md'):
+            ours = lambda p, m=m: is_summary(f"{prefix}_{m}.json")  # noqa: E731
+            checkpoint.check_output(f"{prefix}_{m}{ext}", True, ours, 'tools/tables.py')
     rows = expand(spec['rows'], ks)
     if table == '6':
         os.makedirs(out, exist_ok=True)
         hyperparameters(spec)
     else:
-        found = [checkpoints(name, which, runs, weights, ks, points) for _, name, which in rows]
-        paths = [p for group in found for p in group]
-        # Figure 1's rows are several checkpoints each: named by their steps
-        labels = [label + (' ' + str(int(re.findall(r'\d+', os.path.basename(p))[-1]))
-                           if which == 'steps' else '')
-                  for (label, _, which), group in zip(rows, found) for p in group]
-        if window is None:  # the config's pattern, e.g. [2048, 2048, 2048, 0] of SmolLM3's 36
-            w = config(rows[0][1]).get('window', 0)
+        for _, name, which in rows:  # said at once: a missing run, weights or checkpoints
+            checkpoints(name, which, runs, weights, points, write=False)
+        os.makedirs(out, exist_ok=True)
+        # a row each, Figure 1's several (a checkpoint each, named by its file's step)
+        entries = [(label + (f" {step_of(p)}" if which == 'steps' else ''), name, which, p)
+                   for label, name, which in rows
+                   for p in checkpoints(name, which, runs, weights, points)]
+        labels = [e[0] for e in entries]
+        paths = [e[3] for e in entries]
+        sw = [i for i, e in enumerate(entries) if e[2] == 'sw']
+        if window is None and sw:  # the config's pattern: [2048, 2048, 2048, 0] of SmolLM3's 36
+            w = config(entries[sw[0]][1]).get('window', 0)
             window = next(w[:n] for n in range(1, len(w) + 1)
                           if w == w[:n] * (len(w) // n)) if isinstance(w, list) else w
-        os.makedirs(out, exist_ok=True)  # once every row is found
-        sw = [i for i, (_, _, which) in enumerate(rows) if which == 'sw']
         o = {'window': window, 'samples': samples, 'niah_task': niah_task, 'tasks': tasks,
              'data_dir': data_dir, 'docs': docs, 'smooth': smooth, 'max_length': max_length}
         if table == '7':
@@ -500,6 +521,7 @@ if __name__ == '__main__':
         else:
             blocks = [(m, lengths or ls, score(m, paths, labels, sw, lengths or ls, prefix, o))
                       for m, ls in spec['measures']]
+            # the training length: the checkpoints' own (a weights folder's is not recorded)
             train_length = next((r['block_size'] for _, _, got in blocks for r in got
                                  if r.get('block_size')), None) or \
                 next(r['train_length'] for _, _, got in blocks for r in got)
