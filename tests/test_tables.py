@@ -127,6 +127,8 @@ def check_layout(table, printed, layout):
                                      '1024K', '2e-05', 'SWU', '10.0%', '-', '2e-05'], row
         return
     labels = [label for label, _, _ in tables.expand(spec['rows'], [2])]
+    if table == '9':  # --ks=[2]: the paper's K = 10 rows, the others gone
+        assert labels == ['Orig.', 'SW, K=2', 'SW, attention dropout', 'SW, attention dropout, K=2']
     if table == '7':  # the mean of the 8 tasks, acc_norm where a task has it
         assert re.search(r'\nOriginal +50\.0 +50\.0 +50\.0 +25\.0( +50\.0){4} +46\.9\n', printed)
         assert '\n  paper             77.8' in printed
@@ -147,6 +149,15 @@ def check_layout(table, printed, layout):
     assert os.path.exists(layout / 'tables' / f"{table}.png" if table.startswith('figure') else
                           layout / 'tables' / f"table{table}_{spec['measures'][0][0]}.json")
     if not table.startswith('figure'):
+        # each row: the run's newest checkpoint or its average, the released weights, SW windowed
+        for m, _ in spec['measures']:
+            found = json.load(open(layout / 'tables' / f"table{table}_{m}.json"))['rows']
+            assert [r['label'] for r in found] == labels
+            for r in found:
+                name = os.path.basename(r['ckpt'])
+                assert (name in ('ckpt_000007.pt', 'avg2_000004-000007.pt')
+                        or r['ckpt'].startswith(str(layout / 'weights'))), r
+                assert r['window'] == (8 if r['label'] in ('SW', 'SmolLM3-SW') else None), r
         # a row and the paper's line under it, in every measure's columns
         lines = printed.splitlines()
         last = max(i for i, x in enumerate(lines) if x.startswith(labels[-1] + ' '))
@@ -179,3 +190,22 @@ def test_a_missing_run_or_weights_is_said_before_anything_runs(layout, tmp_path)
     with pytest.raises(SystemExit, match='table11_ruler.md'):
         run_tables(['--table=11', f'--runs={layout}/out', f'--out={tmp_path}/mine'])
     assert os.listdir(tmp_path / 'mine') == ['table11_ruler.md']
+
+
+def test_the_papers_numbers_stand_under_their_own_lengths(capsys):
+    """Each of the paper's numbers under the column of its length, '-' at a length it did not
+    score and under a row it gives no numbers for."""
+    from tools import tables
+    spec = tables.TABLES['5']
+    labels = [label for label, _, _ in spec['rows']] + ['ours']
+    rows = [{'score': {L: 1.0 for L in (2048, 4096, 65536)}} for _ in labels]
+    tables.print_layout(spec['title'], labels, [('niah', [2048, 65536], rows),
+                                                ('ruler', [4096], rows)],
+                        spec['paper'], dict(spec['measures']))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2].split() == ['NIAH-1', '|', 'RULER'] and lines[3].split() == [
+        'model', '2K', '64K', '|', '4K']
+    row = next(i for i, x in enumerate(lines) if x.startswith('PN-D, p=0.2 '))
+    assert lines[row].split()[-4:] == ['1.0', '1.0', '|', '1.0']
+    assert lines[row + 1].split() == ['paper', '100.0', '-', '|', '22.5']
+    assert lines[-1].split() == ['paper', '-', '-', '|', '-']
