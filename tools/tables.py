@@ -487,6 +487,9 @@ if __name__ == '__main__':
     spec = TABLES[table]
     prefix = os.path.join(out, table if table.startswith('figure') else f'table{table}')
     # this tool's own outputs, then every row's checkpoint, before anything is written
+    if not out:
+        raise SystemExit("give --out=<folder> for the tables and figures, e.g. out/tables")
+    checkpoint.check_output(out, True, os.path.isdir, 'tools/tables.py')  # not a run's folder
     check_prefix(prefix, 'tools/tables.py')
     checkpoint.check_output(prefix + '.png', True, lambda p: True, 'tools/tables.py')
     for m, _ in spec.get('measures', []):
