@@ -395,6 +395,7 @@ def draw(path, panels, train_length):
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+    plt.close(fig)
     print(f"wrote {path}")
 
 
