@@ -209,3 +209,26 @@ def test_the_papers_numbers_stand_under_their_own_lengths(capsys):
     assert lines[row].split()[-4:] == ['1.0', '1.0', '|', '1.0']
     assert lines[row + 1].split() == ['paper', '100.0', '-', '|', '22.5']
     assert lines[-1].split() == ['paper', '-', '-', '|', '-']
+
+
+def test_the_papers_numbers_on_the_page_are_those_the_commands_print():
+    """Every '| Table n, the paper's |' block of the page holds, row by row, the numbers that
+    tools/tables.py prints under that table's rows (and each table with numbers has its block)."""
+    from tools import tables
+    page = open(PAGE).read()
+    blocks = dict(re.findall(r"^\| (?:Table|Figure) (\w+), the paper's \|.*\n\|[-|]+\n"
+                             r"((?:\|.*\n)+)", page, re.M))
+    for name, spec in tables.TABLES.items():
+        if 'paper' not in spec:
+            continue
+        key = name.removeprefix('figure')
+        assert key in blocks or name == '17', name  # 17: the numbers of 15, said so
+        rows = {line.split(' | ')[0][2:]: line.strip(' |\n').split(' | ')[1:]
+                for line in blocks.get(key, blocks['15']).splitlines()}
+        assert list(rows) == list(spec['paper']), name
+        for label, theirs in spec['paper'].items():
+            if isinstance(theirs, dict):  # by measure, in the measures' order
+                theirs = [v for m, _ in spec['measures'] for v in theirs.get(m, [])]
+            elif isinstance(theirs, str):
+                theirs = theirs.split()
+            assert rows[label] == [str(v) for v in theirs], (name, label)
