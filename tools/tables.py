@@ -37,8 +37,9 @@ LENGTHS_SCRATCH = [2 * K, 4 * K, 8 * K, 16 * K, 32 * K]
 LOSS_DATA = 'data/common_pile_arxiv/gpt2'  # the paper's "ArXiv papers from The Common Pile"
 
 # A row: (label, config, which checkpoint): 'last' (the run's newest), 'orig' (the config's
-# init_from), 'sw' (init_from with the config's windows, no training) or 'avgK'. The paper's
-# numbers by measure, one per length (its "32-128K" and "— V —" spread over their lengths).
+# init_from), 'sw' (init_from with the config's windows, no training), 'avgK' (the average of
+# the run's last K) or 'steps' (Figure 1: several of the run's checkpoints, a row each). The
+# paper's numbers by measure, one per length (its "32-128K" and "— V —" spread over them).
 Z4 = [0.0] * 4
 SMOLLM3 = [('Orig.', 'smollm3_cpt', 'orig'), ('SW', 'smollm3_cpt', 'sw'),
            ('SW, WD', 'smollm3_wd', 'last'), ('SW, no-WD', 'smollm3_no_wd', 'last')]
