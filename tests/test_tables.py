@@ -83,7 +83,7 @@ def run_tables(args):
     sys.argv = ['tools/tables.py', *args]
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-            runpy.run_module('tools.tables', run_name='__main__', alter_sys=False)
+            runpy.run_path(os.path.join(ROOT, 'tools', 'tables.py'), run_name='__main__')
     except SystemExit as e:  # a refusal is the caller's to see
         if e.code not in (0, None):
             raise
