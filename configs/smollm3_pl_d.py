@@ -1,4 +1,5 @@
-# SmolLM3-3B CPT with sliding windows: PL-D, pre-linear dropout (Table 8: p = 0.1, 0.2, 0.3).
+# SmolLM3-3B CPT with sliding windows: PL-D, pre-linear dropout (Table 8: p = 0.1 here; 0.2, 0.3
+# in configs/smollm3_pl_d_p02.py, _p03.py).
 from configs.smollm3_cpt import *  # noqa: F401,F403
 
 out_dir = 'out/smollm3_pl_d'

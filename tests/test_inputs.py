@@ -269,6 +269,18 @@ CASES = [
     ('tools/export_hf.py', '--ckpt={bad}/optim.pt', 'is an optimizer state'),
     ('tools/export_hf.py', '', "SmolLM3's layout needs"),
     ('tools/export_hf.py', '--source={bad}/absent', 'absent is not a folder'),
+    # tools/tables.py
+    ('tools/tables.py', '--table=2', 'give --table= one of 1, 5, 6'),
+    ('tools/tables.py', '--table=figure2', 'give --table= one of 1, 5, 6'),
+    ('tools/tables.py', '--samples=-1', 'samples must be >= 0'),
+    ('tools/tables.py', '--ks=[0]', 'each of ks must be >= 1'),
+    ('tools/tables.py', '--ks=[]', 'ks must not be empty'),
+    ('tools/tables.py', '--lengths=[512.5]', 'lengths must be list[int]'),
+    ('tools/tables.py', '--points=0', 'points must be >= 1'),
+    ('tools/tables.py', '--out=', 'give --out=<folder>'),
+    ('tools/tables.py', '--out={bad}/afile', 'exists and was not written by tools/tables.py'),
+    ('tools/tables.py', '--runs={tmp}/none', 'holds no checkpoint: train it'),
+    ('tools/tables.py', '--table=12 --weights={tmp}/none', 'put the released weights'),
     # tools/probe_variance.py
     ('tools/probe_variance.py', '--dropout=1.0', 'dropout must be below 1'),
     ('tools/probe_variance.py', '--length=-5', 'length >= 0'),
@@ -311,7 +323,7 @@ BASE = {'train.py': TRAIN, 'eval_niah.py': (*SHORT, '--depths=[]'),
         'tools/eval_lm.py': ('--ckpt={ckpt}', '--tasks=arc_easy'),
         # --parts=['nope']: the study refuses it, should its output's guard let it through
         'tools/gpu_check.py': (), 'tools/study.py': ("--parts=['nope']",),
-        'data/shakespeare/prepare.py': ()}
+        'data/shakespeare/prepare.py': (), 'tools/tables.py': ('--table=11', '--out={tmp}/t')}
 
 
 def bad_files(d, data):
@@ -433,7 +445,8 @@ PREFIXES = {'eval_niah.py': ('.json', '.jsonl', '.png'), 'eval_ruler.py': ('.jso
 WRITERS = {**dict.fromkeys(PREFIXES, '--out'), 'average_ckpts.py': '--out',
            'tools/export_hf.py': '--out', 'tools/eval_lm.py': '--out',
            'tools/gpu_check.py': '--out', 'tools/study.py': '--out',
-           'data/shakespeare/prepare.py': '--out_dir', 'train.py': '--out_dir'}
+           'data/shakespeare/prepare.py': '--out_dir', 'train.py': '--out_dir',
+           'tools/tables.py': '--out'}
 RUN_FILES = ['ckpt_000004.pt', 'ckpt_000008.pt', 'optim_000008.pt', 'log.jsonl', 'lock']
 REFUSALS = ("is a training run's file or folder", 'is an input of', 'names a folder',
             'cannot write to out_dir', 'already holds checkpoints of an earlier run')

@@ -1,0 +1,5 @@
+# Table 8: SmolLM3-3B CPT with sliding windows, PL-D, pre-linear dropout at p = 0.2.
+from configs.smollm3_pl_d import *  # noqa: F401,F403
+
+out_dir = 'out/smollm3_pl_d_p02'
+dropout = 0.2

@@ -1,0 +1,5 @@
+# Table 8: SmolLM3-3B CPT with sliding windows, VPAD at the pre-linear sites at p = 0.2.
+from configs.smollm3_vpad import *  # noqa: F401,F403
+
+out_dir = 'out/smollm3_vpad_p02'
+dropout = 0.2
