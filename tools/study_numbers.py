@@ -43,8 +43,10 @@ SECTIONS = [
      """--parts="['cpt_niah']" --out=out/study_niah""", 'study_niah_results.json'),
     *[(f'The methods on {what} ({p}{", docs/methods.md" if p == "methods" else ""})',
        f"""--parts="['{p}']" --out=out/study_{p}""", f'study_{p}_results.json')
-      for p, what in (('methods', 'language'), ('methods_offset', 'the fixed-offset probe'),
-                      ('methods_delay', 'the delay copy'), ('methods_needle', 'the symbol needle'))],
+      for p, what in (('methods', 'language'),
+                      ('methods_offset', 'the fixed-offset probe'),
+                      ('methods_delay', 'the delay copy'),
+                      ('methods_needle', 'the symbol needle'))],
 ]
 
 text = [HEAD]
