@@ -585,13 +585,27 @@ def fmt(s, digits=3):
     return f"{s['mean']:.{digits}f} ± {s['std']:.{digits}f}"
 
 
-def verdict(a, b, lower_is_better, cells=True):
+def at_bound(a, b, bounds):
+    """The floor clause: 'floor' ('ceiling') when both sides (stats with their 'seeds') sit at the
+    measure's lowest (highest) value in every seed, else None. Neither side could move the way the
+    claim needs, so the comparison measures nothing: *not testable*, never *does not hold*. bounds:
+    (floor, ceiling) of a bounded measure (an accuracy: 0, 1); None for one without (CE)."""
+    for x, name in zip(bounds or (), ('floor', 'ceiling')):
+        if all(abs(v - x) < 1e-9 for v in (*a['seeds'], *b['seeds'])):
+            return name
+    return None
+
+
+def verdict(a, b, lower_is_better, cells=True, bounds=None):
     """b against a (stats with their 'seeds') -> the cells: b better by, per seed | mean and its
     95% t-interval | the verdict of tools/verdict.py, and 'every seed' when they all agree; or,
-    not cells, one line: the verdict, the mean and the interval."""
+    not cells, one line: the verdict, the mean and the interval. Both at a bound in every seed
+    (at_bound): 'not testable (floor)' or '(ceiling)' instead of the verdict."""
     r = paired(a['seeds'], b['seeds'], lower_is_better)
     every = f" (every seed {'better' if r['mean'] > 0 else 'worse'})" if r['every_seed'] else ''
     interval = f"{r['mean']:+.3f} [{r['lo']:+.3f}, {r['hi']:+.3f}]"
+    if at_bound(a, b, bounds):
+        r['verdict'], every = f'not testable ({at_bound(a, b, bounds)})', ''
     if not cells:
         return f"{r['verdict']}{every}: {interval}"
     return ' '.join(f"{x:+.3f}" for x in r['diffs']) + f" | {interval} | {r['verdict']}{every}"
@@ -602,26 +616,31 @@ P, M = results['parts'], results['matched']
 inside = lambda p: '-'.join(  # noqa: E731
     str(int(next(iter(P[p].values()))['train_length']['mean']) // d) for d in (2, 1))
 final = lambda r: r['steps'][str(int(r['final']['mean']))]  # noqa: E731  (seeds share their steps)
-# what a part is measured by: (name, the value from one checkpoint's measures, lower is better);
-# a task by exact match, and by the right tokens, which move at 0
-MEASURES = {'lm': [('CE 8-16x', lambda m: m['bands']['8-16x'], True)],
-            'task': [('accuracy beyond 1x', lambda m: m['beyond'], False),
-                     ('token accuracy beyond 1x', lambda m: m['token_beyond'], False)]}
+# what a part is measured by: (name, the value from one checkpoint's measures, lower is better,
+# (floor, ceiling) for the floor clause or None, the premise it is read with: fails()); a task by
+# exact match, and by the right tokens, which move at 0
+ACCURACY = (0.0, 1.0)
+MEASURES = {'lm': [('CE 8-16x', lambda m: m['bands']['8-16x'], True, None, 'lm')],
+            'task': [('accuracy beyond 1x', lambda m: m['beyond'], False, ACCURACY, 'task'),
+                     ('token accuracy beyond 1x', lambda m: m['token_beyond'], False, ACCURACY,
+                      'task')]}
 AVERAGED = {'avg_stable': 'its average of the last 5 of the stable phase',
             'avg_anneal': 'its average of the last 5 of the anneal',
             **{f'avg_{K}': f'its average of the last {K} of CPT' for K in (10, 20, 30)}}
 
 
-def fails(p, v, cpt=False):
-    """The premise of a claim (docs/study.md): run v fails beyond its training length T. lm: its CE
-    at 8-16x lies above its CE inside, by the rule; task: its accuracy at 8T and 16T (their mean)
-    lies below its accuracy at T, by the rule, and for a CPT claim (Table 1: 0.0 at 2x) under 30%
-    of Orig.'s accuracy at T (seed means)."""
-    r = final(P[p][v])
-    if p in NIAH_PARTS:  # the reading rules: under 30% of Orig.'s accuracy at 1x
+def fails(p, v, cpt=False, kind=None):
+    """The premise of a claim (docs/study.md): run v fails beyond its training length T, on the
+    measure the claim is read by (its kind: MEASURES; by default the part's own), never on another
+    one's. lm: its CE at 8-16x lies above its CE inside, by the rule; task: its accuracy at 8T and
+    16T (their mean) lies below its accuracy at T, by the rule, and for a CPT claim (Table 1: 0.0
+    at 2x) under 30% of Orig.'s accuracy at T (seed means); niah (the reading rules): its NIAH-1
+    measure under 30% of Orig.'s accuracy at T."""
+    r, kind = final(P[p][v]), kind or PARTS[p][0]
+    if kind == 'niah':
         T = str(int(P[p][v]['train_length']['mean']))
         return r[RULES[p][0]]['mean'] < 0.3 * final(P[p]['orig'])['niah'][T]['mean']
-    if PARTS[p][0] == 'lm':
+    if kind == 'lm':
         rise = r['rise']['8-16x']['seeds']  # one seed: its sign
         verdict_ = paired(rise, [0.0] * len(rise), True)['verdict']
         return verdict_ == 'holds' or (len(rise) == 1 and rise[0] > 0)
@@ -641,8 +660,9 @@ RULES = {'cpt_niah': ('niah_far', 'pl_d', ('orig', 'sw'), 'Table 1'),
 def measures(p):
     """The measures a part's claims are read by: MEASURES, and the reading rules' NIAH-1 measure."""
     # (None: not measured)
-    extra = {'cpt_niah': ('NIAH-1 at 8-16x', lambda m: m.get('niah_far'), False),
-             'cpt_niah_mamba': ('NIAH-1 at 2x', lambda m: m.get('niah_2x'), False)}
+    extra = {'cpt_niah': ('NIAH-1 at 8-16x', lambda m: m.get('niah_far'), False, ACCURACY, 'niah'),
+             'cpt_niah_mamba': ('NIAH-1 at 2x', lambda m: m.get('niah_2x'), False, ACCURACY,
+                                'niah')}
     return MEASURES[PARTS[p][0]] + ([extra[p]] if p in extra else [])
 
 
@@ -691,10 +711,12 @@ lines = [f"Every number: mean ± std over {len(seeds)} seeds ({', '.join(map(str
          f"baseline per seed, its mean and the 95% t-interval of the mean; the verdict *holds* "
          f"when the interval lies above 0, *reversed* when below, else *does not hold* (within the "
          f"seeds' spread); *(every seed better)* or *(every seed worse)* when all seeds agree "
-         f"(tools/verdict.py). *not shown*: the part does not show the claim's premise (its "
-         f"baseline, or for CPT Orig. and SW without CPT, does not fail beyond the training "
-         f"length: `fails` in tools/study.py), so the claim is not tested there. Each claim is "
-         f"read against every baseline the runs have: the baseline's final checkpoint; on "
+         f"(tools/verdict.py). *not testable (floor)* (or *(ceiling)*): on an accuracy, both "
+         f"sides at 0 (or 1) in every seed, so no difference could show. *not shown*: the part "
+         f"does not show the claim's premise (its baseline, or for CPT Orig. and SW without CPT, "
+         f"does not fail beyond the training length on the claim's own measure: `fails` in "
+         f"tools/study.py), so the claim is not tested there. Each claim is read against every "
+         f"baseline the runs have: the baseline's final checkpoint; on "
          f"language, its own checkpoint along training with the second's in-distribution CE (the "
          f"second half of the training length, interpolated: *matched fit*); its averaged "
          f"checkpoints (their in-distribution CE beside them). The first table gives, per claim, "
@@ -706,9 +728,10 @@ lines = [f"Every number: mean ± std over {len(seeds)} seeds ({', '.join(map(str
 detail = []
 for a, b, claim, paper, *cpt in CLAIMS:  # cpt: a claim about CPT, made of the CPT parts only
     for p in (p for p in parts if a in P[p] and b in P[p] and (p in PHASE1 or not cpt)):
-        premise = (all(fails(p, r, True) for r in ('orig', 'sw') if r in P[p]) if cpt else
-                   fails(p, 'no_wd' if 'no_wd' in P[p] else a))
-        for what, get, lower in measures(p):
+        for what, get, lower, bounds, kind in measures(p):
+            # per measure: a part that fails beyond its length on one measure may not on another
+            premise = (all(fails(p, r, True, kind) for r in ('orig', 'sw') if r in P[p]) if cpt
+                       else fails(p, 'no_wd' if 'no_wd' in P[p] else a, kind=kind))
             y = get(final(P[p][b]))
             bases = [(NAMES[a], get(final(P[p][a])))]
             m = M.get(p, {}).get(f'{a}|{b}', {}).get('8-16x') if what == 'CE 8-16x' else None
@@ -720,13 +743,14 @@ for a, b, claim, paper, *cpt in CLAIMS:  # cpt: a claim about CPT, made of the C
                 fit = f" (in {fmt(P[p][a][k]['bands']['in'])})" if 'bands' in P[p][a][k] else ''
                 bases.append((f"{NAMES[a]}, {AVERAGED[k]}{fit}", get(P[p][a][k])))
             for base, x in bases:
-                cells = (f"{fmt(x)} | {NAMES[b]} {fmt(y)} | {verdict(x, y, lower)}" if x
+                cells = (f"{fmt(x)} | {NAMES[b]} {fmt(y)} | {verdict(x, y, lower, True, bounds)}"
+                         if x
                          else '- | - | - | - | -')
                 detail.append(f"| {claim} | {p}, {what} | {paper} | {base} {cells} |")
             scored = [(name, x) for name, x in bases if x]
             strongest = min(scored, key=lambda t: t[1]['mean'] * (1 if lower else -1))
             shown = lambda x: (  # noqa: E731
-                verdict(x, y, lower, cells=False) if premise else 'not shown')
+                verdict(x, y, lower, False, bounds) if premise else 'not shown')
             lines.append(f"| {claim} | {p}, {what} | {paper} | {shown(bases[0][1])} "
                          f"| {strongest[0]} {fmt(strongest[1])} | {shown(strongest[1])} |")
 for p in (p for p in parts if p in RULES):  # the outcome by the reading rules
@@ -740,15 +764,21 @@ for p in (p for p in parts if p in RULES):  # the outcome by the reading rules
     wd_fails = last['wd'][key]['mean'] < 0.5 * last['wd']['niah'][T]['mean']
     beats = paired(last['wd'][key]['seeds'], last[v][key]['seeds'], False)['verdict'] == 'holds'
     n = len(last['wd'][key]['seeds'])  # the rules read seeds 1-3
+    # the floor clause: WD and the dropout both at 0 (or 1) in every seed can show no difference
+    bound = at_bound(last['wd'][key], last[v][key], ACCURACY)
     outcome = (f'no outcome yet ({n} of 3 seeds)' if n < 3 else 'not shown' if not premise
+               else f'not testable ({bound})' if bound
                else 'reproduced' if wd_fails and beats else 'not reproduced')
-    lines += ['', f"**{table} in small ({p})**, by the reading rules fixed before the runs "
-              f"(docs/study.md): **{outcome}**. Premise, under 30% of Orig.'s 1x accuracy "
+    floor = (f" (WD and {NAMES[v]} both at {ACCURACY[bound == 'ceiling']:.0f} in every seed: "
+             f"the measure could show no difference)" if bound else '')
+    lines += ['', f"**{table} in small ({p})**, by the reading rules fixed before the runs and "
+              f"the floor clause added after them (docs/study.md): **{outcome}**{floor}. "
+              f"Premise, under 30% of Orig.'s 1x accuracy "
               f"({last['orig']['niah'][T]['mean']:.2f}): " + ', '.join(
                   f"{NAMES[r]} {last[r][key]['mean']:.2f}" for r in failing) +
               f"; WD-CPT {last['wd'][key]['mean']:.2f} against half its own 1x accuracy "
               f"({last['wd']['niah'][T]['mean'] / 2:.2f}); {NAMES[v]} against WD: "
-              f"{verdict(last['wd'][key], last[v][key], False, cells=False)}."]
+              f"{verdict(last['wd'][key], last[v][key], False, False, ACCURACY)}."]
 lines += ['', 'Every comparison behind the table above, against each baseline:', '', *HEAD,
           *detail, '', 'Checkpoint averaging (Table 12) and the variance mismatch (Figure 3), '
           'paired the same way:', '', *HEAD]
@@ -759,7 +789,7 @@ AVERAGES.update({f'avg_{K}': ('final', f'the last {K} of CPT', x)
 for p in parts:
     for v in ('wd', 'no_wd', 'vpad', 'pl_d') if p in PHASE1 else ('wd', 'no_wd', 'vpad'):
         if v in P[p]:
-            (what, get, lower), *_ = MEASURES[PARTS[p][0]]
+            (what, get, lower, bounds, _), *_ = MEASURES[PARTS[p][0]]
             for name, (step, avg, paper) in ((n, a) for n, a in AVERAGES.items() if n in P[p][v]):
                 last, averaged_ = P[p][v]['steps'][str(int(P[p][v][step]['mean']))], P[p][v][name]
                 x, y = get(last), get(averaged_)
@@ -767,7 +797,7 @@ for p in parts:
                 lines.append(f"| checkpoint averaging helps: {avg} | {p}, {what}, {NAMES[v]} "
                              f"| NIAH-1 8K: 0.0 -> {paper} (Table 12) | its last checkpoint "
                              f"{fmt(x)}{fit(last)} | averaged {fmt(y)}{fit(averaged_)} "
-                             f"| {verdict(x, y, lower)} |")
+                             f"| {verdict(x, y, lower, True, bounds)} |")
 for p in (p for p in parts if 'pl_d' in P[p] and 'probe_halves' in P[p]['pl_d']):
     for v in (v for v in ('vpad', 'vpad_b') if v in P[p]):
         for i, which in enumerate(('first', 'second')):
