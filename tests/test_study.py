@@ -560,3 +560,50 @@ def test_every_claim_verdict_keeps_its_rule_floor_clause_and_premise(tmp_path):
         assert outcome in prose, doc
         for line in (x for x in prose.splitlines() if 'cpt_niah' in x or 'By the reading' in x):
             assert 'not reproduced' not in line.replace('read "not reproduced"', ''), (doc, line)
+
+
+def test_table_1_with_far_needles_reads_its_gate_first(tmp_path):
+    """cpt_niah_far (docs/study.md: Table 1 with a positive control): every scored needle lies at
+    least FAR_GAP tokens before the prompt's end, and the summary reads the gate, on the pilot's
+    seed, before any outcome: on cpt_niah's own numbers it misses ((b) SW without CPT finds 0.65
+    at 1x, (c) no CPT variant reaches 0.5 at 2x), so the part is not testable in small; with SW at
+    0 and PL-D at 0.8 at 2x in seed 1 it passes and the reading rules give the outcome."""
+    import ruler
+    from tokens import Tokenizer
+    tokenizer, data, sizes = Tokenizer({'kind': 'byte'}), ruler.Data(say=lambda *a: None), {}
+    for L in (256, 512):
+        for i in range(20):
+            text, (answer,) = ruler.far_prompt('niah_single_1_short', tokenizer, L,
+                                               f'niah/{L}/{i}', 42, data, sizes, 144)
+            assert len(tokenizer.encode(text[text.rfind(answer) + len(answer):])) >= 144
+            assert len(tokenizer.encode(text)) + 16 <= L  # room for the answer, as prompt()'s
+    saved = json.load(open(os.path.join(ROOT, 'assets', 'study_niah_results.json')))
+    runs = []
+    for case in ('missed', 'passed'):
+        r = json.loads(json.dumps(saved))
+        r['parts'] = {'cpt_niah_far': {v: x for v, x in r['parts']['cpt_niah'].items()
+                                       if v != 'attn_d'}}
+        r['matched'] = {'cpt_niah_far': r['matched']['cpt_niah']}
+        r.pop('minutes')
+        if case == 'passed':  # (the final checkpoints: phase 1's step 4000, CPT's 600)
+            rows_ = r['parts']['cpt_niah_far']
+            for x in rows_['sw']['steps']['4000']['niah'].values():
+                x['seeds'][0] = 0.0
+            rows_['pl_d']['steps']['600']['niah']['512']['seeds'][0] = 0.8
+        json.dump(r, open(tmp_path / f'{case}.json', 'w'))
+        runs.append(subprocess.Popen([sys.executable, '-m', 'tools.study',
+                                      f'--report={tmp_path}/{case}.json',
+                                      f'--out={tmp_path}/{case}'], cwd=ROOT,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+    for p in runs:
+        assert p.wait(timeout=120) == 0, p.stderr.read()[-2000:]
+    missed = open(tmp_path / 'missed' / 'summary.md').read()
+    assert ('**The gate of cpt_niah_far** (seed 1, the pilot; docs/study.md): **missed**: '
+            '(a) Orig. 1.00 at 1x, at most 0.00 beyond: passed; (b) SW without CPT at most 0.65 '
+            'at any length: missed; (c) the best CPT variant at 2x WD 0.40: missed.') in missed
+    assert '**Table 1 in small (cpt_niah_far)**: **not testable in small**' in missed
+    passed = open(tmp_path / 'passed' / 'summary.md').read()
+    assert ('(b) SW without CPT at most 0.00 at any length: passed; (c) the best CPT variant at '
+            '2x PL-D 0.80: passed.') in passed and '**passed**' in passed
+    assert '**Table 1 in small (cpt_niah_far)**, by the reading rules' in passed
+    assert 'not testable in small' not in passed

@@ -60,6 +60,10 @@ python -m tools.study --parts="['cpt_niah', 'cpt_niah_mamba']" --out=out/study_n
       8 x 128 Mamba2 (8000 steps, 90% documents); CPT on language alone for 600 steps (15% of the
       transformer's phase 1 tokens), into 128-key windows on the RoPE layers (Mamba2: none).
       NIAH-1 accuracy and CE at 1x to 16x.
+python -m tools.study --parts="['cpt_niah_far']" --seeds="[1]" --out=out/study_niah_far
+  cpt_niah_far  Table 1 with a positive control (docs/study.md; not yet run): cpt_niah's phase 1,
+      CPT on phase 1's mixture (NIAH-1 documents at most the training length kept), every scored
+      needle beyond the window (FAR_GAP); a gate on seed 1 (gate()) before any outcome.
 And at those checkpoints: the entropy of every head's attention by query position (the
 mechanism; transformers), the uniform average of the last 5 checkpoints of the stable phase and
 of the anneal (the paper's checkpoint averaging), and at the end of the LM runs with pre-linear
@@ -183,9 +187,18 @@ PHASE1 = {'cpt_sw': (LM + SMOL(4), [32, 32, 32, 0]),
                        [128, 128, 128, 0] * 2),
           # no windows: CPT at the same length
           'cpt_niah_mamba': (NIAH_LM + MAMBA + ['--max_tokens=32768000', '--niah_mix=0.9'], None)}
-NIAH_PARTS = ('cpt_niah', 'cpt_niah_mamba')
-CPT = lambda part, lr, steps, every: [  # noqa: E731
-    *PHASE1[part][0], *([f'--window={PHASE1[part][1]}'] if PHASE1[part][1] else []), '--niah_mix=0',
+# Table 1 with a positive control (docs/study.md, its design and gate fixed before any run):
+# cpt_niah's phase 1 and windows, but CPT keeps phase 1's NIAH-1 documents (at most the training
+# length, half the sequences), so a lookup stays taught while the windows are on, and every scored
+# needle lies beyond the window (FAR_GAP), so that a found needle went through the global layers
+PHASE1['cpt_niah_far'] = PHASE1['cpt_niah']
+# NIAH-1 scored with every needle at least this many tokens before the prompt's end: the window
+# (128) and the answer's 16 tokens, so no answer token sees a digit of it through a window
+FAR_GAP = {'cpt_niah_far': 128 + 16}
+NIAH_PARTS = ('cpt_niah', 'cpt_niah_mamba', 'cpt_niah_far')
+CPT = lambda part, lr, steps, every, mix=0: [  # noqa: E731
+    *PHASE1[part][0], *([f'--window={PHASE1[part][1]}'] if PHASE1[part][1] else []),
+    f'--niah_mix={mix}',
     '--schedule=constant', '--warmup_frac=0.1', f'--learning_rate={lr}',
     f"--max_tokens={steps * (4096 if PHASE1[part][0][0] == LM[0] else 2048)}",
     f'--ckpt_interval={every}']
@@ -219,6 +232,9 @@ PARTS = {  # part -> (kind, train.py arguments, variants)
                  ['orig', 'sw', 'wd', 'no_wd', 'pn_d', 'pl_d', 'pl_d_p0.2', 'vpad', 'attn_d']),
     'cpt_niah_mamba': ('lm', CPT('cpt_niah_mamba', 2e-4, 600, 20),
                        ['orig', 'wd', 'no_wd', 'pn_d_p0.2']),
+    # the same CPT with phase 1's mixture kept (0.5, documents of 192-256 bytes), far needles
+    'cpt_niah_far': ('lm', CPT('cpt_niah_far', 2e-4, 600, 20, mix=0.5),
+                     ['orig', 'sw', 'wd', 'no_wd', 'pn_d', 'pl_d', 'pl_d_p0.2', 'vpad']),
     'methods': ('lm', LM + ['--pos_encoding=rope'], ['no_wd', 'pl_d', 'vpad', *METHOD_ROWS]),
     # the methods on retrieval and the two probes, each task with the positions it asks about
     # (tasks.py): learned ones cannot be scored beyond their table, so only on the delay copy (whose
@@ -333,15 +349,17 @@ def task_measures(net, task, lengths, seed):
             'token_accuracy': {str(L): c for L, c in zip(lengths, correct[:, 1].tolist())}}
 
 
-def niah_measures(net, tokenizer, T):
+def niah_measures(net, tokenizer, T, gap=0):
     """NIAH-1 as eval_niah.py --task=niah_single_1_short scores it (prompts at seed 42, greedy
     answers, string match) at T to 16T tokens -> {'niah': {length: the fraction of NIAH_SAMPLES
-    found}}."""
+    found}}. gap: every needle at least that many tokens before the prompt's end
+    (ruler.far_prompt)."""
     data, sizes, acc = ruler.Data(say=lambda *args: None), {}, {}
     for L in (T, 2 * T, 4 * T, 8 * T, 16 * T):
         found = 0.0
         for i in range(NIAH_SAMPLES):
-            text, answers = ruler.prompt(NIAH_TASK, tokenizer, L, f'niah/{L}/{i}', 42, data, sizes)
+            args = (NIAH_TASK, tokenizer, L, f'niah/{L}/{i}', 42, data, sizes)
+            text, answers = ruler.far_prompt(*args, gap) if gap else ruler.prompt(*args)
             answer = ruler.predict(net, tokenizer, text, NIAH_NEW, 'cpu')
             found += ruler.string_match_all(ruler.postprocess(answer), answers)
         acc[str(L)] = found / NIAH_SAMPLES
@@ -376,7 +394,8 @@ def evaluate(part, variant, seed):
         if part in NIAH_PARTS:  # and retrieval, learned in phase 1 (the tests: at the end only)
             tokenizer, lm = Tokenizer(val.meta['tokenizer']), measure
             measure = lambda entropy=True, niah=True: {  # noqa: E731
-                **lm(entropy), **(niah_measures(net, tokenizer, T) if niah else {})}
+                **lm(entropy), **(niah_measures(net, tokenizer, T, FAR_GAP.get(part, 0))
+                                  if niah else {})}
     else:
         T = cfg['task_max_len']
         task = tasks.from_config(cfg)
@@ -654,7 +673,9 @@ def fails(p, v, cpt=False, kind=None):
 # the reading rules of the parts with retrieval learned in phase 1 (docs/study.md, fixed before
 # their runs): part -> (measure, the dropout that must beat WD, the rows that must fail, table)
 RULES = {'cpt_niah': ('niah_far', 'pl_d', ('orig', 'sw'), 'Table 1'),
-         'cpt_niah_mamba': ('niah_2x', 'pn_d_p0.2', ('orig',), 'Table 5')}
+         'cpt_niah_mamba': ('niah_2x', 'pn_d_p0.2', ('orig',), 'Table 5'),
+         # Table 1's own column (8K, 2x its 4K), every needle beyond the window (FAR_GAP)
+         'cpt_niah_far': ('niah_2x', 'pl_d', ('orig', 'sw'), 'Table 1')}
 
 
 def measures(p):
@@ -662,7 +683,9 @@ def measures(p):
     # (None: not measured)
     extra = {'cpt_niah': ('NIAH-1 at 8-16x', lambda m: m.get('niah_far'), False, ACCURACY, 'niah'),
              'cpt_niah_mamba': ('NIAH-1 at 2x', lambda m: m.get('niah_2x'), False, ACCURACY,
-                                'niah')}
+                                'niah'),
+             'cpt_niah_far': ('NIAH-1 at 2x, needles beyond the window',
+                              lambda m: m.get('niah_2x'), False, ACCURACY, 'niah')}
     return MEASURES[PARTS[p][0]] + ([extra[p]] if p in extra else [])
 
 
@@ -753,8 +776,40 @@ for a, b, claim, paper, *cpt in CLAIMS:  # cpt: a claim about CPT, made of the C
                 verdict(x, y, lower, False, bounds) if premise else 'not shown')
             lines.append(f"| {claim} | {p}, {what} | {paper} | {shown(bases[0][1])} "
                          f"| {strongest[0]} {fmt(strongest[1])} | {shown(strongest[1])} |")
+
+
+def gate(p):
+    """cpt_niah_far's gate (docs/study.md, fixed before its pilot), on the first seed, the pilot's
+    -> (passed, what it read). (a) Orig. finds at least 0.9 at 1x and at most 0.3 of that at 2x to
+    16x; (b) SW without CPT at most 0.3 of Orig.'s 1x at every length (each needle lies beyond the
+    window); (c) the positive control: some CPT variant finds at least 0.5 at 2x."""
+    acc = {v: {int(L): x['seeds'][0] for L, x in final(P[p][v])['niah'].items()} for v in P[p]}
+    T = int(P[p]['orig']['train_length']['mean'])
+    one_x, cpt = acc['orig'][T], [v for v in acc if v not in PHASE1_ROWS]
+    a = one_x >= 0.9 and max(x for L, x in acc['orig'].items() if L > T) <= 0.3 * one_x
+    b = max(acc['sw'].values()) <= 0.3 * one_x
+    c = bool(cpt) and max(acc[v][2 * T] for v in cpt) >= 0.5
+    best = max(cpt, key=lambda v: acc[v][2 * T]) if cpt else None
+    said = (f"(a) Orig. {one_x:.2f} at 1x, at most "
+            f"{max(x for L, x in acc['orig'].items() if L > T):.2f} beyond: "
+            f"{'passed' if a else 'missed'}; (b) SW without CPT at most "
+            f"{max(acc['sw'].values()):.2f} at any length: {'passed' if b else 'missed'}; (c) the "
+            f"best CPT variant at 2x " + (f"{NAMES[best]} {acc[best][2 * T]:.2f}" if best else
+                                          "(none run)") + f": {'passed' if c else 'missed'}")
+    return a and b and c, said
+
+
+GATES = ('cpt_niah_far',)
 for p in (p for p in parts if p in RULES):  # the outcome by the reading rules
     key, v, failing, table = RULES[p]
+    if p in GATES and {'orig', 'sw'} <= set(P[p]):
+        passed, said = gate(p)
+        lines += ['', f"**The gate of {p}** (seed {seeds[0]}, the pilot; docs/study.md): "
+                  f"**{'passed' if passed else 'missed'}**: {said}."]
+        if not passed:
+            lines += ['', f"**{table} in small ({p})**: **not testable in small** (its gate "
+                      "missed, above): no outcome is read."]
+            continue
     if not {*failing, 'wd', v} <= set(P[p]):  # a pilot, or a part run in pieces
         lines += ['', f"**{table} in small ({p})**: no outcome by the reading rules yet: it needs "
                   f"the rows {', '.join(NAMES[r] for r in (*failing, 'wd', v))}."]
