@@ -607,3 +607,17 @@ def test_table_1_with_far_needles_reads_its_gate_first(tmp_path):
             '2x PL-D 0.80: passed.') in passed and '**passed**' in passed
     assert '**Table 1 in small (cpt_niah_far)**, by the reading rules' in passed
     assert 'not testable in small' not in passed
+
+
+def test_niah_geometry_prints_the_distances_the_docs_quote():
+    """tools/niah_geometry.py, the source of docs/study.md's reason for cpt_niah's floor: of the 20
+    fixed prompts a length, 14 (13 under 128) put the needle within 128 bytes of the end at 1x, 8
+    at 2x, none at 4x-16x (nearest 136, 250, 227)."""
+    r = subprocess.run([sys.executable, '-m', 'tools.niah_geometry'], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith('256: within 128: 14 of 20, under 128: 13;')
+    assert lines[1].startswith('512: within 128: 8 of 20, under 128: 8;')
+    for line, near in zip(lines[2:], (136, 250, 227)):
+        assert f'within 128: 0 of 20, under 128: 0; nearest {near};' in line
