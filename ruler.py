@@ -647,6 +647,23 @@ def prompt(task, tokenizer, length, id, seed, data, sizes, depth=None, index=0):
         size = size - unit if size - unit >= minimum else size - 1
 
 
+def far_prompt(task, tokenizer, length, id, seed, data, sizes, gap):
+    """prompt() for one answer, with its needle far from the question -> (text, answers): at least
+    `gap` tokens between the answer's last token in the haystack and the prompt's end. The sample
+    `id` itself if it is that far, else the first of `id`/1, `id`/2, ... that is, so the prompts
+    stay fixed by (seed, task, id). What a model with a window of W keys must fetch through its
+    global layers when gap >= W + the answer's tokens (the study's cpt_niah_far, docs/study.md)."""
+    for draw in range(1000):
+        text, answers = prompt(task, tokenizer, length, f'{id}/{draw}' if draw else id, seed,
+                               data, sizes)
+        assert len(answers) == 1, f"{task}: a far needle is for one answer"
+        end = text.rfind(answers[0]) + len(answers[0])
+        if len(tokenizer.encode(text[end:])) >= gap:
+            return text, answers
+    raise ValueError(f"{task} at {length} tokens: no needle {gap} tokens from the end in 1000 "
+                     "draws (the prompt is too short for that gap)")
+
+
 # -----------------------------------------------------------------------------
 # the harness
 
