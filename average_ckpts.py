@@ -27,6 +27,7 @@ import torch
 from tqdm import tqdm
 
 import checkpoint
+import hardware
 
 IGNORED_CONFIG_KEYS = ('transformers_version', 'torch_dtype', 'dtype')  # bookkeeping in config.json
 
@@ -168,6 +169,67 @@ def write_folder(state, paths, out):
         checkpoint.replace_folder(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # ours alone, if the write did not finish
+
+
+class RunningAverages:
+    """train.py's average_last: the averages of the weights at the last K of a run's averaging
+    steps (every `every` iterations, and the last), summed as the run goes and written at its end
+    as the file this script writes from saved checkpoints, so that a run needs not keep K of them.
+    The sums are float32, like the weights (under FSDP each process's shards); they are saved
+    with the optimizer state, so that a resumed run goes on summing."""
+
+    def __init__(self, ks, every, max_iters):
+        marks = sorted(set(range(every, max_iters + 1, every)) | {max_iters})
+        if ks and max(ks) > len(marks):
+            raise ValueError(f"average_last = {ks}, but the run has {len(marks)} averaging steps "
+                             f"(every {every} of {max_iters}): lower average_interval or K")
+        self.windows = {K: marks[-K:] for K in ks}  # K -> the steps its average takes
+        self.sums = {K: None for K in ks}  # K -> name -> float32 tensor
+        self.summed = -1  # the last step the sums hold
+
+    def add(self, it, state):
+        """Add the weights of iteration it (a state_dict) to the sums whose steps hold it."""
+        due = [K for K, w in self.windows.items() if it in w and it > self.summed]
+        weights = {n: t.detach().float() for n, t in state.items()
+                   if t.is_floating_point()} if due else {}
+        for K in due:
+            self.sums[K] = ({n: t.clone() for n, t in weights.items()} if self.sums[K] is None
+                            else {n: self.sums[K][n].add_(t) for n, t in weights.items()})
+        self.summed = max(self.summed, it)
+
+    def state_dict(self):
+        """The sums whole and on the CPU (gathered under FSDP: every process calls this)."""
+        return {'windows': {str(K): w for K, w in self.windows.items()}, 'step': self.summed,
+                'sums': {str(K): s and {n: hardware.whole(t).cpu() for n, t in s.items()}
+                         for K, s in self.sums.items()}}
+
+    def load(self, saved, like, device):
+        """A resumed run's sums (saved: state_dict()'s, None before averaging existed), each
+        tensor placed like its weight in `like` (a state_dict: DTensors under FSDP)."""
+        saved = saved or {'windows': {}, 'sums': {}, 'step': -1}
+        if {str(K): w for K, w in self.windows.items()} != saved['windows']:
+            raise ValueError(f"average_last or its steps changed (saved: "
+                             f"{saved['windows'] or 'none'})")
+        self.sums = {K: saved['sums'][str(K)] and {
+            n: hardware.like(t.to(device, copy=True), like[n])
+            for n, t in saved['sums'][str(K)].items()} for K in self.windows}
+        self.summed = saved['step']
+
+    def write(self, out_dir, it, state, master):
+        """avg{K}_{first}-{last}.pt beside the last checkpoint (it): its record with the averaged
+        weights (state: the whole model's, for the keys the sums lack). Every process calls
+        this; the master writes. -> [(path, steps)]"""
+        written = []
+        for K, s in self.state_dict()['sums'].items():
+            w = self.windows[int(K)]
+            path = os.path.join(out_dir, f'avg{K}_{w[0]:06d}-{w[-1]:06d}.pt')
+            if master:
+                ckpt = dict(checkpoint.load(checkpoint.step_path(out_dir, it)))
+                average = {n: (t / int(K)).to(state[n].dtype) for n, t in s.items()}
+                ckpt.update(model={**state, **average}, averaged_steps=w, averaged_from=[])
+                checkpoint.save(ckpt, path)
+            written.append((path, w))
+        return written
 
 
 if __name__ == '__main__':

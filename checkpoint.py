@@ -28,7 +28,6 @@ from dataclasses import fields
 
 import torch
 
-import weights
 from mamba import Mamba2, Mamba2Config
 from model import Transformer, TransformerConfig
 from tokens import Tokenizer, same_tokenizer
@@ -257,6 +256,7 @@ def load_any(path):
     or transformers' Mamba2; or their Hugging Face repo id, see weights.local), as a checkpoint
     dict: model, model_type, model_args, tokenizer (None if the folder has no tokenizer.json),
     step."""
+    import weights  # released weights: for CPT and evaluation, not a run from scratch
     path = weights.local(path)
     if os.path.isdir(path):
         return weights.load_folder(path)
@@ -363,6 +363,7 @@ def check_resume(ckpt, model_type, model_args, out_dir, halt_at=0):
 def cpt_source(source, tokenizer, model_type=None):
     """The checkpoint (or weights folder, or hub id) that continued pre-training starts from,
     checked against the run's tokenizer and, if the config sets one (else None), its model_type."""
+    import weights
     if not os.path.exists(source) and not weights.hub_id(source):
         raise SystemExit(f"init_from must be 'scratch', 'resume', a checkpoint file, a weights "
                          f"folder or a Hugging Face repo id (HuggingFaceTB/SmolLM3-3B); "
@@ -391,6 +392,7 @@ def source_shape(source):
     if os.path.isfile(source):
         ckpt = load_any(source)
         return ckpt['model_type'], ckpt['model_args']
+    import weights
     try:
         return weights.folder_shape(weights.local(source) if os.path.exists(source) else source)
     except (ValueError, KeyError) as e:

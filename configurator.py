@@ -171,3 +171,45 @@ def check_limits(config, limits):
             if number and not ((low is None or v >= low) and (high is None or v <= high)):
                 what = f"each of {key}" if isinstance(value, list) else key
                 raise SystemExit(f"config error: {what} must be {bounds}, got {value!r}")
+
+
+# -----------------------------------------------------------------------------
+# train.py's keys: their ranges, and the errors between them (the model's own keys are checked by
+# its config class)
+
+TRAIN_POSITIVE = ('log_interval', 'eval_interval', 'ckpt_interval', 'eval_iters', 'eval_windows',
+                  'task_vocab', 'task_min_len', 'task_max_len', 'task_eval_samples',
+                  'needle_value_len', 'needle_keys', 'task_offset', 'batch_size', 'block_size',
+                  'tokens_per_batch', 'max_tokens', 'dry_run_gpus')
+TRAIN_NOT_NEGATIVE = ('halt_at', 'skip_steps', 'train_tokens', 'weight_decay', 'grad_clip',
+                      'spike_threshold', 'keep_last', 'average_interval')
+TRAIN_LIMITS = {**{k: (1, None) for k in TRAIN_POSITIVE},
+                **{k: (0, None) for k in TRAIN_NOT_NEGATIVE},
+                'eval_lengths': (1, None, []), 'seed': (0, 2 ** 63 - 1), 'warmup_frac': (0, 1),
+                'anneal_frac': (0, 1), 'beta1': (0, 0.999999), 'beta2': (0, 0.999999),
+                'niah_mix': (0, 1), 'average_last': (1, None, [])}
+
+
+def check_training(c):
+    """train.py's config errors that need neither data nor a model, before anything is written."""
+    check_limits(c, TRAIN_LIMITS)
+    errors = [
+        (not (0 < c['learning_rate'] < 3e38 and 0 <= c['min_lr'] < 3e38),  # AdamW's float32
+         f"learning_rate and min_lr must be positive and finite in float32, got "
+         f"{c['learning_rate']}, {c['min_lr']}"),
+        (c['warmup_frac'] + c['anneal_frac'] * (c['schedule'] == 'wsd') > 1,
+         f"warmup_frac ({c['warmup_frac']}) and anneal_frac ({c['anneal_frac']}) are fractions of "
+         f"the run: warm-up plus anneal at most 1"),
+        (c['skip_steps'] and c['init_from'] != 'resume',
+         f"skip_steps ({c['skip_steps']}) skips batches of a resumed run: give --init_from=resume"),
+        (c['task'] != 'lm' and c['niah_mix'],
+         f"niah_mix ({c['niah_mix']}) mixes NIAH-1 into language: it needs task = 'lm'"),
+        (c['task'] != 'lm' and c['task_min_len'] > c['task_max_len'],
+         f"task_min_len ({c['task_min_len']}) is above task_max_len ({c['task_max_len']})"),
+        (c['max_tokens'] < c['tokens_per_batch'],
+         f"max_tokens ({c['max_tokens']:g}) is less than one step of tokens_per_batch "
+         f"({c['tokens_per_batch']}): nothing to train"),
+    ]
+    for failed, message in errors:
+        if failed:
+            raise SystemExit(f"config error: {message}")

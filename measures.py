@@ -21,7 +21,6 @@ import torch.nn.functional as F
 import checkpoint
 import hardware
 from dropout import Dropout, variance_error
-from tasks import LENGTHS, correct_answers
 from tokens import VAL, batch_rng
 
 # -----------------------------------------------------------------------------
@@ -260,6 +259,7 @@ def task_accuracy(task, model, lengths, n, seed, device, autocast=nullcontext(),
                   reduce=lambda t: t):
     """The exact-match accuracy of greedy answers (copies, needle values) by length, and the
     fraction of answer tokens that are right (tasks.correct_answers), shared among processes."""
+    from tasks import correct_answers  # the symbol tasks (docs/study.md): not a language run's
     with autocast:
         correct = correct_answers(task, model, lengths, n, seed, device, rank=rank, world=world)
     correct = (reduce(correct) / n).tolist()
@@ -289,6 +289,7 @@ def report(result, it, c):
         return '\n'.join([what, row('positions', (f"{k:>12}" for k in bands)),
                           row('loss', (f"{v:>12.4f}" for v in bands.values())),
                           row('vs first', (f"{v - base:>+12.4f}" for v in bands.values()))])
+    from tasks import LENGTHS
     what = (f"\n{c['task']} accuracy of {c['out_dir']} at iteration {it}, trained on "
             f"{LENGTHS[c['task']]} {c['task_min_len']}-{c['task_max_len']} "
             f"({c['task_eval_samples']} held-out samples per length): exact-match answers, and "

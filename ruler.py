@@ -35,6 +35,7 @@ import uuid
 from contextlib import nullcontext
 from typing import Callable, NamedTuple
 
+import numpy as np
 import torch
 from tqdm import tqdm
 
@@ -889,3 +890,58 @@ def task_list(tasks):
         raise SystemExit(f"unknown RULER task {unknown[0]!r}: the tasks are {', '.join(TASKS)}; "
                          f"the named sets {', '.join(SUBSETS)}")
     return names
+
+
+# -----------------------------------------------------------------------------
+# NIAH-1 documents in training (train.py niah_mix)
+
+class NiahMixture:
+    """The language of `data` with a fraction `mix` of its training sequences replaced by NIAH-1
+    documents: `task` as prompt() writes it (niah_single_1: a 7-digit number under a word key
+    in the "The grass is green. ..." haystack, eval_niah.py's prompts; or its short form,
+    niah_single_1_short) sized to a length drawn from `lengths` (at most the training length),
+    then the answer, " <number>." and eot. The loss covers the answer and eot alone: the rest of
+    the document is context, not text to model. It stands in for what the paper's model learned
+    in pre-training (docs/study.md: byte-level models on Shakespeare alone do not learn to copy
+    from context at this scale)."""
+
+    def __init__(self, data, mix, tokenizer, lengths, seed, task='niah_single_1'):
+        self.data, self.mix, self.tokenizer, self.lengths, self.seed, self.task = (
+            data, mix, tokenizer, lengths, seed, task)
+        self.meta, self.eot, self.ruler_data, self.sizes = (
+            data.meta, data.eot, Data(say=lambda *args: None), {})
+        self.room = len(tokenizer.encode(' 1234567.')) + 1  # an answer and eot
+        for L in lengths:  # every length holds the template, a haystack line and the answer
+            self.document(L, 'check')
+
+    def __len__(self):
+        return len(self.data)
+
+    def document(self, L, id):
+        """The NIAH-1 document `id` of L tokens at most -> (tokens, number of answer tokens)."""
+        free = TOKENS_TO_GENERATE[TASKS[self.task][0]]
+        try:  # prompt() leaves its tokens_to_generate free: here the answer's room
+            text, answers = prompt(self.task, self.tokenizer, L - self.room + free,
+                                   f'train/{id}', self.seed, self.ruler_data, self.sizes)
+        except ValueError:
+            raise ValueError(f"a {self.task} document of {L} tokens is too short for its template "
+                             f"and a haystack line: use a longer block_size (niah_single_1: 1024 "
+                             f"bytes or so; niah_single_1_short: 256)")
+        answer = self.tokenizer.encode(f' {answers[0]}.') + [self.eot]
+        return self.tokenizer.encode_prompt(text) + answer, len(answer)
+
+    def batch(self, batch_size, T, rng):
+        """The language's batch with the rows drawn to be documents replaced -> inputs and
+        targets (B, T), int64; a document's targets are -1 except for its answer and eot."""
+        x, y = (t.clone() for t in self.data.batch(batch_size, T, rng))  # views of one tensor
+        for i in np.flatnonzero(rng.random(batch_size) < self.mix):
+            doc, m = self.document(self.lengths[rng.integers(len(self.lengths))],
+                                   int(rng.integers(1 << 62)))
+            n = len(doc)
+            if n > T:
+                raise ValueError(f"a NIAH-1 document of {n} tokens does not fit block_size {T}")
+            row = torch.full((T + 1,), self.eot, dtype=torch.int64)
+            row[:n] = torch.tensor(doc)
+            x[i], y[i] = row[:-1], -1
+            y[i, n - m - 1:n - 1] = row[n - m:n]  # the token before the answer predicts its first
+        return x, y

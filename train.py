@@ -17,7 +17,6 @@ import os
 import sys
 import time
 from contextlib import nullcontext
-from dataclasses import fields
 from typing import Literal
 
 import torch
@@ -27,11 +26,12 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import checkpoint
 import hardware
-import tasks
-from configurator import configure
+from average_ckpts import RunningAverages
+from configurator import check_training, configure
+from mamba import Mamba2, Mamba2Config
+from model import Transformer, TransformerConfig
 from measures import eval_line, position_loss, report, task_accuracy, val_loss
-from tokens import (TRAIN, NiahMixture, Tokenizer, batch_rng, micro_batches, planned,
-                    training_data)
+from tokens import TRAIN, Tokenizer, batch_rng, micro_batches, planned, training_data
 
 # -----------------------------------------------------------------------------
 # I/O
@@ -54,7 +54,7 @@ eval_windows = 16  # lm: validation windows of max(eval_lengths) tokens for the 
 task: Literal['lm', 'copy', 'needle', 'offset', 'delay_copy'] = 'lm'  # lm: data_dir; or tasks.py's
 data_dir = 'data/shakespeare/byte'  # lm: train*.bin / val*.bin and meta.json (data/*/prepare.py)
 train_tokens = 0  # lm: if > 0, only the first train_tokens tokens (repeated: a corpus to over-fit)
-niah_mix = 0.0  # lm: this fraction of the sequences are NIAH-1 documents (tokens.NiahMixture) of
+niah_mix = 0.0  # lm: this fraction of the sequences are NIAH-1 documents (ruler.NiahMixture) of
 # 3/4 of block_size to block_size tokens, the loss on their answers: phase 1 of docs/study.md's CPT
 niah_task: Literal['niah_single_1', 'niah_single_1_short'] = 'niah_single_1'  # (ruler.py) the short
 # one for block sizes under 1024 bytes
@@ -78,18 +78,42 @@ dropout = 0.0  # p, at the sites of dropout_type
 dropout_type = 'none'  # 'none', 'pre_norm' (PN-D, Eq. 6), 'pre_linear' (PL-D) or 'vpad' (VPAD)
 vpad_variant = 'A'  # VPAD's rescaling: A (per token, the paper's), B, C or D (dropout.py)
 attn_dropout = 0.0  # dropout on the attention probabilities (transformer)
-# model: the architecture keys the paper's tables vary; every other field of the models' config
-# classes is a key too (model.py and mamba.py give their meaning), and one the config leaves unset
-# takes its own model's default (Mamba2: 24 layers, not 12)
+# model: the transformer of model.py or Mamba2 of mamba.py; a key the model has not is unused
 model_type: Literal['transformer', 'mamba2'] = 'transformer'  # model.py or mamba.py
+n_layer: int | None = None  # None: the model's own, 12 (transformer) or 24 (Mamba2)
+n_embd = 768  # the residual width (Mamba2's d_model)
+vocab_size: int | None = None  # None: the tokenizer's vocabulary, rounded up to a multiple of 64
+norm_eps = 1e-5
+bias = False  # biases in the linear layers (and the LayerNorms; Mamba2: in_proj and out_proj)
+tie_embeddings = True  # the output head shares the token embedding
+# transformer
+n_head = 12
+n_kv_head: int | None = None  # grouped-query attention: heads of keys and values; None = n_head
+head_dim: int | None = None  # None = n_embd // n_head
+ffn_dim: int | None = None  # the MLP's hidden width; None = 4 * n_embd
+mlp = 'gelu'  # 'gelu' or 'swiglu'
+norm = 'rmsnorm'  # 'rmsnorm' or 'layernorm'
 pos_encoding: str | list = 'nape'  # per layer: 'nope', 'rope', 'alibi', 'nape' (NAPE) or 'learned'
 window: int | list = 0  # a sliding window of W keys per layer, 0 for full attention ("SW")
+rope_theta = 10000.0
+rope_random = 0  # > 0: randomized RoPE positions in [0, rope_random * T) (docs/methods.md)
+rope_scaling = 'none'  # at evaluation: 'none', 'pi' or 'yarn', by rope_factor (docs/methods.md)
+rope_factor = 1.0
+nape_slopes = 'linear'  # NAPE's ALiBi slopes: 'linear' (1/h) or 'exp' (1/2^(h-1))
 attn_alpha = 1.0  # the attention's normaliser: 1 softmax, 1.5 entmax-1.5 (ASEntmax)
 attn_scale = 'none'  # the query scale: 'adaptive' is ASEntmax's (model.py has the others)
-vocab_size: int | None = None  # None: the tokenizer's vocabulary, rounded up to a multiple of 64
-for _f in (f for _, cfg in checkpoint.MODELS.values() for f in fields(cfg)):  # the other fields
-    globals().setdefault(_f.name, _f.default)
-    __annotations__.setdefault(_f.name, _f.type)
+attn_backend = 'auto'  # 'auto' (fused kernels on CUDA where they apply), 'sdpa', 'flex', 'manual'
+# Mamba2
+d_state = 128  # N, the state per head and group
+d_conv = 4  # the causal convolution's width
+expand = 2  # d_inner = expand * n_embd
+headdim = 64  # P; heads H = d_inner / headdim
+ngroups = 1  # G: heads sharing one B and C
+chunk_size = 256  # Q of the SSD scan
+conv_bias = True
+dt_min = 0.001  # dt is initialised log-uniform in [dt_min, dt_max]
+dt_max = 0.1
+use_kernels = True  # mamba_ssm / causal_conv1d kernels on CUDA when they import
 # optimizer and schedule
 learning_rate = 6e-4
 min_lr = 6e-5
@@ -115,49 +139,13 @@ wandb_log = False  # also log to Weights & Biases (pip install wandb) what log.j
 wandb_project = 'length-generalization'
 wandb_run_name = ''  # default: out_dir's name
 # -----------------------------------------------------------------------------
-# the allowed ranges of the numeric keys: (low, high, *special values) (configurator.check_limits);
-# the model's own keys are checked by its config class
-POSITIVE = ('log_interval', 'eval_interval', 'ckpt_interval', 'eval_iters', 'eval_windows',
-            'task_vocab', 'task_min_len', 'task_max_len', 'task_eval_samples', 'needle_value_len',
-            'needle_keys', 'task_offset', 'batch_size', 'block_size', 'tokens_per_batch',
-            'max_tokens', 'dry_run_gpus')
-NOT_NEGATIVE = ('halt_at', 'skip_steps', 'train_tokens', 'weight_decay', 'grad_clip',
-                'spike_threshold', 'keep_last', 'average_interval')
-LIMITS = {**{k: (1, None) for k in POSITIVE}, **{k: (0, None) for k in NOT_NEGATIVE},
-          'eval_lengths': (1, None, []), 'seed': (0, 2 ** 63 - 1), 'warmup_frac': (0, 1),
-          'anneal_frac': (0, 1), 'beta1': (0, 0.999999), 'beta2': (0, 0.999999),
-          'niah_mix': (0, 1), 'average_last': (1, None, [])}
-given = set()
-MODEL_FILES = [sys.modules[c.__module__].__file__ for _, c in checkpoint.MODELS.values()]  # --help
-config = configure(globals(), sys.argv[1:], given=given, help_sources=MODEL_FILES, limits=LIMITS)
+given = set()  # the keys a config file or the command line set
+config = configure(globals(), sys.argv[1:], given=given)
+check_training(config)  # the ranges of the keys and the errors between them (configurator.py)
 globals().update(config)
-user_model_keys = given & {f.name for _, cfg in checkpoint.MODELS.values() for f in fields(cfg)}
-
-
-def check_config():
-    """The config errors that need neither data nor a model, before anything is written."""
-    errors = [
-        (not (0 < learning_rate < 3e38 and 0 <= min_lr < 3e38),  # the optimizer computes in float32
-         f"learning_rate and min_lr must be positive and finite in float32, got {learning_rate}, "
-         f"{min_lr}"),
-        (warmup_frac + anneal_frac * (schedule == 'wsd') > 1,
-         f"warmup_frac ({warmup_frac}) and anneal_frac ({anneal_frac}) are fractions of the run: "
-         f"warm-up plus anneal at most 1"),
-        (skip_steps and init_from != 'resume',
-         f"skip_steps ({skip_steps}) skips batches of a resumed run: give --init_from=resume"),
-        (task != 'lm' and niah_mix,
-         f"niah_mix ({niah_mix}) mixes NIAH-1 into language: it needs task = 'lm'"),
-        (task != 'lm' and task_min_len > task_max_len,
-         f"task_min_len ({task_min_len}) is above task_max_len ({task_max_len})"),
-        (max_tokens < tokens_per_batch, f"max_tokens ({max_tokens:g}) is less than one step of "
-                                        f"tokens_per_batch ({tokens_per_batch}): nothing to train"),
-    ]
-    for failed, message in errors:
-        if failed:
-            raise SystemExit(f"config error: {message}")
-
-
-check_config()
+# the model keys set: a CPT run may set only those that it can apply (checkpoint.cpt_model_args)
+user_model_keys = given & {*TransformerConfig.__dataclass_fields__,
+                           *Mamba2Config.__dataclass_fields__}
 
 # the processes: one per GPU under torchrun (NCCL), or per CPU process (gloo); or just this one
 distributed = 'RANK' in os.environ
@@ -179,6 +167,7 @@ say = functools.partial(print, flush=True) if master else lambda *args: None
 
 # data, and the batch arithmetic
 if task != 'lm':
+    import tasks  # the symbol tasks (docs/study.md)
     try:
         train_data = val_data = tasks.from_config(config)
     except ValueError as e:
@@ -193,6 +182,7 @@ else:
         data_dir, block_size, train_tokens, max_tokens,
         source=init_from if init_from not in ('scratch', 'resume') else None)
     if niah_mix:  # validation stays language alone
+        from ruler import NiahMixture  # RULER's generators, only for this (eval_niah.py's prompts)
         try:
             lengths = [block_size * (12 + i) // 16 for i in range(5)]
             train_data = NiahMixture(train_data, niah_mix, Tokenizer(train_data.meta['tokenizer']),
@@ -223,27 +213,48 @@ if vocab_size < data_vocab:
                      f"of 64)")
 say(f"{max_iters:,} iterations of {tokens_per_batch:,} tokens = {world} processes x {grad_accum} "
     f"micro-steps x {batch_size} x {block_size}")
-every = average_interval or ckpt_interval
-marks = sorted(set(range(every, max_iters + 1, every)) | {max_iters})  # the weights averaged
-if average_last and max(average_last) > len(marks):
-    raise SystemExit(f"config error: average_last = {average_last}, but the run has {len(marks)} "
-                     f"averaging steps (every {every} of {max_iters}): lower average_interval or K")
-windows = {K: marks[-K:] for K in average_last}  # K -> the steps its average takes
-for K, w in windows.items():
+every = average_interval or ckpt_interval  # the averages of the last K of these weights
+try:
+    averages = RunningAverages(average_last, every, max_iters)  # average_ckpts.py
+except ValueError as e:
+    raise SystemExit(f"config error: {e}")
+for K, w in averages.windows.items():
     say(f"average of the last {K}: the weights of steps {w[0]} to {w[-1]}, every {every}")
 
 # the model, three ways in: from scratch; resumed (weights, optimizer state, the spike check's
 # recent losses and the skipped batches, from out_dir's newest checkpoint pair); or continued
 # pre-training (the architecture and weights of init_from, this run's regularization and windows)
-# What reaches the model from scratch: each field of its config class, the config's value where a
-# file or the command line set it (and vocab_size and block_size, resolved above), else the class's
-# own default. Resume and CPT take the checkpoint's architecture instead (cpt_model_args, below).
-set_here = user_model_keys | {'vocab_size', 'block_size'}
-model_args = {f.name: config[f.name] if f.name in set_here else f.default
-              for f in fields(checkpoint.MODELS[model_type][1])}
+# From scratch, what reaches the model (resume and CPT take the checkpoint's instead, below):
+config_class = TransformerConfig if model_type == 'transformer' else Mamba2Config
+n_layer = config_class.n_layer if n_layer is None else n_layer
+if model_type == 'transformer':
+    model_args = dict(vocab_size=vocab_size, block_size=block_size, n_layer=n_layer, n_head=n_head,
+                      n_kv_head=n_kv_head, n_embd=n_embd, head_dim=head_dim, ffn_dim=ffn_dim,
+                      mlp=mlp, norm=norm, norm_eps=norm_eps, bias=bias,
+                      tie_embeddings=tie_embeddings, pos_encoding=pos_encoding, window=window,
+                      rope_theta=rope_theta, rope_random=rope_random, rope_scaling=rope_scaling,
+                      rope_factor=rope_factor, nape_slopes=nape_slopes, dropout=dropout,
+                      dropout_type=dropout_type, vpad_variant=vpad_variant,
+                      attn_dropout=attn_dropout, attn_alpha=attn_alpha, attn_scale=attn_scale,
+                      attn_backend=attn_backend)
+else:
+    model_args = dict(vocab_size=vocab_size, n_layer=n_layer, n_embd=n_embd, d_state=d_state,
+                      d_conv=d_conv, expand=expand, headdim=headdim, ngroups=ngroups,
+                      chunk_size=chunk_size, norm_eps=norm_eps, bias=bias, conv_bias=conv_bias,
+                      tie_embeddings=tie_embeddings, dt_min=dt_min, dt_max=dt_max,
+                      dropout=dropout, dropout_type=dropout_type, vpad_variant=vpad_variant,
+                      use_kernels=use_kernels)
+
+
+def build_model(model_type, model_args):
+    if model_type == 'transformer':
+        return Transformer(TransformerConfig(**model_args))
+    return Mamba2(Mamba2Config(**model_args))
+
+
 if init_from == 'scratch':  # the model's own checks (sizes, dropout), before out_dir is touched
     try:
-        checkpoint.MODELS[model_type][1](**model_args)
+        config_class(**model_args)
     except ValueError as e:
         raise SystemExit(f"config error: {e}")
 start_iter, ckpt, optim_state, cpt_from, skips = 0, None, None, None, []
@@ -287,24 +298,25 @@ recent = collections.deque(ckpt.get('recent_losses', []) if init_from == 'resume
                            maxlen=20)
 try:
     with torch.device('meta'):  # its shape alone: what it needs, before anything is allocated
-        shape = checkpoint.build_model(model_type, model_args)
+        shape = build_model(model_type, model_args)
 except ValueError as e:
     raise SystemExit(f"config error: {e}")
 memory = hardware.describe_memory(shape, batch_size, block_size, bf16,
                                   activation_checkpointing, world if sharded else 1,
                                   sharded and grad_accum > 1, None if dry_run else device,
-                                  len(windows))  # SystemExit: cannot fit
+                                  len(average_last))  # SystemExit: cannot fit
 ckpt_steps = len(set(range(start_iter + ckpt_interval - start_iter % ckpt_interval, max_iters,
                            ckpt_interval)) | {max_iters})  # this run's saves, the last included
 plan, too_big = hardware.plan(shape, block_size, (max_iters - start_iter) * tokens_per_batch,
-                              shape.num_params(False), ckpt_steps, keep_last, len(windows), out_dir)
+                              shape.num_params(False), ckpt_steps, keep_last, len(average_last),
+                              out_dir)
 if dry_run:
     say(f"dry run, {world} processes: {memory}\n{plan}" + (f"\nhere: {too_big}" if too_big else ''))
     sys.exit(0)
 if too_big and master and init_from != 'resume':  # a resumed run's checkpoints are on the disk:
     raise too_big  # a full disk stops it at the save that does not fit, the pair before intact
 torch.manual_seed(seed)  # the initial weights
-model = checkpoint.build_model(model_type, model_args)
+model = build_model(model_type, model_args)
 if ckpt is not None:
     model.load_state_dict(ckpt['model'])
     del ckpt
@@ -335,24 +347,16 @@ say(f"weight decay {weight_decay} on {len(decay)} tensors ({sum(p.numel() for p 
 optimizer = torch.optim.AdamW([{'params': decay, 'weight_decay': weight_decay},
                                {'params': no_decay, 'weight_decay': 0.0}],
                               lr=learning_rate, betas=(beta1, beta2), fused=device_type == 'cuda')
-# the running sums of the averages (average_last): K -> name -> float32 tensor (sharded like the
-# weights under FSDP), and the last step they hold
-sums, summed = {K: None for K in windows}, -1
 if init_from == 'resume':
     if sharded:  # each process takes its shards of the whole state
         hardware.load_optimizer(model, optimizer, optim_state['optimizer'])
     else:
         optimizer.load_state_dict(optim_state['optimizer'])
-    saved = optim_state.get('averages', {'windows': {}, 'sums': {}, 'step': -1})
-    if {str(K): w for K, w in windows.items()} != saved['windows']:
-        raise SystemExit(f"cannot resume {out_dir}: average_last or its steps changed (saved: "
-                         f"{saved['windows'] or 'none'}). Resume with the run's own settings")
-    like = model.state_dict()  # DTensors under FSDP: each process keeps its shards of the sums
-    sums = {K: saved['sums'][str(K)] and {n: hardware.like(t.to(device, copy=True), like[n])
-                                          for n, t in saved['sums'][str(K)].items()}
-            for K in windows}
-    summed = saved['step']
-    del optim_state, saved
+    try:  # the running sums (DTensors under FSDP: each process keeps its shards)
+        averages.load(optim_state.get('averages'), model.state_dict(), device)
+    except ValueError as e:
+        raise SystemExit(f"cannot resume {out_dir}: {e}. Resume with the run's own settings")
+    del optim_state
 
 raw_model = ddp = model
 if distributed and not sharded:
@@ -467,54 +471,19 @@ def check_divergence(it, loss, grad_norm=0.0):
     sys.exit(1)
 
 
-def accumulate(it):
-    """Add the weights of iteration it (those save_checkpoint saves: checked, not yet stepped) to
-    the running sums of the averages whose steps hold it."""
-    global summed
-    due = [K for K, w in windows.items() if it in w and it > summed]
-    weights = {n: t.detach().float() for n, t in raw_model.state_dict().items()  # FSDP: its shards
-               if t.is_floating_point()} if due else {}
-    for K in due:
-        sums[K] = ({n: t.clone() for n, t in weights.items()} if sums[K] is None else
-                   {n: sums[K][n].add_(t) for n, t in weights.items()})
-    summed = max(summed, it)
-
-
-def whole_sums():
-    """The running sums, whole and on the CPU (gathered under FSDP: every process calls this)."""
-    return {str(K): s and {n: hardware.whole(t).cpu() for n, t in s.items()}
-            for K, s in sums.items()}
-
-
 def save_checkpoint(it):
     """The weights of iteration it, checked by check_divergence() but not yet stepped, and the
     optimizer state beside them (checkpoint.save_pair: atomic, the newest keep_last kept), with
     the running sums of the averages."""
     state = hardware.model_state(raw_model) if sharded else raw_model.state_dict()  # FSDP: whole
     optim = hardware.optimizer_state(raw_model, optimizer) if sharded else optimizer.state_dict()
-    averages = {'windows': {str(K): w for K, w in windows.items()}, 'step': summed,
-                'sums': whole_sums()}
+    sums = averages.state_dict()  # every process: gathered under FSDP
     if master:
-        optim = {'optimizer': optim, 'step': it, 'sharded': sharded, 'averages': averages}
+        optim = {'optimizer': optim, 'step': it, 'sharded': sharded, 'averages': sums}
         checkpoint.save_pair(out_dir, it, keep_last, optim, {
             'model': state, 'model_type': model_type, 'model_args': model_args, 'step': it,
             'tokenizer': train_data.meta['tokenizer'], 'config': config, 'cpt_from': cpt_from,
             'recent_losses': list(recent), 'skips': skips})
-
-
-def write_averages(it):
-    """avg{K}_{first}-{last}.pt beside the last checkpoint (it): its record with the averaged
-    weights, as average_ckpts.py writes the average of saved checkpoints."""
-    state = hardware.model_state(raw_model) if sharded else raw_model.state_dict()  # FSDP: whole
-    for K, s in whole_sums().items():
-        w = windows[int(K)]
-        if master:
-            ckpt = dict(checkpoint.load(checkpoint.step_path(out_dir, it)))
-            average = {n: (t / int(K)).to(state[n].dtype) for n, t in s.items()}
-            ckpt.update(model={**state, **average}, averaged_steps=w, averaged_from=[])
-            path = os.path.join(out_dir, f'avg{K}_{w[0]:06d}-{w[-1]:06d}.pt')
-            checkpoint.save(ckpt, path)
-            say(f"saved {path}: the average of the weights of steps {w[0]} to {w[-1]}")
 
 
 # -----------------------------------------------------------------------------
@@ -540,10 +509,12 @@ while True:
         log({'event': 'eval', 'iter': it, **result})  # log: checkpoint.RunLog
     if last or halt:  # the weights to save have had no training forward yet: check them first
         check_divergence(it, forward_backward(it, backward=False))  # under "one training step"
-        accumulate(it)
+        averages.add(it, raw_model.state_dict())  # FSDP: its shards
         save_checkpoint(it)
-        if last and windows:
-            write_averages(it)
+        if last and averages.windows:  # avg{K}_{first}-{last}.pt beside the last checkpoint
+            state = hardware.model_state(raw_model) if sharded else raw_model.state_dict()
+            for path, w in averages.write(out_dir, it, state, master):
+                say(f"saved {path}: the average of the weights of steps {w[0]} to {w[-1]}")
         break
 
     # one optimizer step; the weights it starts from are checked, and then saved, before it is taken
@@ -556,7 +527,7 @@ while True:
         grad_norm = grad_norm.full_tensor()
     grad_norm = grad_norm.item()
     check_divergence(it, loss, grad_norm)
-    accumulate(it)
+    averages.add(it, raw_model.state_dict())
     if it > start_iter and it % ckpt_interval == 0:
         save_checkpoint(it)
     recent.append(loss)

@@ -163,7 +163,7 @@ def test_niah_mixture_puts_the_loss_on_the_answer_alone(tmp_path, task, T, needl
     only, predicted from the token before each; its number is the needle's (read from the text);
     every other row is the language's own window, whole."""
     from conftest import byte_dataset
-    from tokens import NiahMixture
+    from ruler import NiahMixture
     data = TokenData(byte_dataset(tmp_path / 'byte', 4, 1, 600), 'train')
     tok = Tokenizer(data.meta['tokenizer'])
     mix = NiahMixture(data, 0.5, tok, [T // 2 + T // 4, T * 7 // 8, T], seed=1, task=task)
