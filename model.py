@@ -9,7 +9,7 @@ paper's regularizers inline where they act.
 - Dropout (dropout.py): pre-norm dropout (PN-D, Eq. 6) in Block.forward; pre-linear dropout
   (PL-D) or VPAD, `self.pre_linear(...)`, on the input of every projection of a block (q, k, v, o
   in Attention.forward, gate/up/down in MLP.forward), a mask of its own each call; attention
-  dropout on the attention probabilities (attention.py: written_out, or SDPA's dropout_p).
+  dropout on the attention probabilities (attention.py).
 - Long inputs: a KV cache (trimmed to the window on sliding-window layers) with chunked
   prefill, for per-position losses and greedy generation that never build T x T or T x vocab.
 """
@@ -62,67 +62,17 @@ class TransformerConfig:
     dropout_type: str = 'none'  # 'none', 'pre_norm' (PN-D), 'pre_linear' (PL-D) or 'vpad'
     vpad_variant: str = 'A'  # VPAD reconstruction: A (per token, default), B, C, D (dropout.py)
     attn_dropout: float = 0.0  # dropout on the attention probabilities
-    # the attention's normaliser: 1 softmax, 1.5 entmax-1.5 (exact), other > 1 entmax by bisection
-    attn_alpha: float = 1.0
-    # query scale: 'none', 'adaptive' (ASEntmax), 'static', 'ssmax' or 'log_length'
-    # (Attention.query_scale)
-    attn_scale: str = 'none'
-    # 'auto' (flex on CUDA where it helps, else sdpa), 'sdpa', 'flex' or 'manual'
+    attn_alpha: float = 1.0  # the normaliser: 1 softmax, 1.5 entmax-1.5, other > 1 by bisection
+    attn_scale: str = 'none'  # 'none', 'adaptive' (ASEntmax), ... (Attention.query_scale)
+    # 'auto' (on CUDA: flex, attention_triton where they apply; else sdpa), 'sdpa', 'flex', 'manual'
     attn_backend: str = 'auto'
 
     def __post_init__(self):
-        sizes = {k: getattr(self, k) for k in ('vocab_size', 'block_size', 'n_layer', 'n_head',
-                                               'n_embd', 'n_kv_head', 'head_dim', 'ffn_dim')}
-        sizes = {k: v for k, v in sizes.items() if v is not None}  # None: from the others
-        if min(sizes.values()) < 1:
-            raise ValueError("sizes must be >= 1: " + ', '.join(f'{k} = {v}' for k, v in
-                                                                sizes.items()))
-        check_dropout(self.dropout_type, self.dropout, self.vpad_variant)
-        L = self.n_layer
+        check_config(self)  # at the end of this file
         for name in ('pos_encoding', 'window'):  # per-layer lists; a shorter pattern repeats
             value = getattr(self, name)
             if isinstance(value, (list, tuple)):
-                if not value or L % len(value):
-                    raise ValueError(f"{name} has {len(value)} entries but n_layer = {L}: give one "
-                                     f"per layer, or a pattern whose length divides {L}")
-                setattr(self, name, list(value) * (L // len(value)))
-        for p in self.layer_pos_encodings():
-            if p not in POS_ENCODINGS:
-                raise ValueError(f"unknown pos_encoding {p!r}; choose one of {POS_ENCODINGS}")
-        if 'learned' in self.layer_pos_encodings() and self.pos_encoding != 'learned':
-            raise ValueError("learned positions are added to the embeddings: use "
-                             "pos_encoding='learned' for all layers")
-        if any(w < 0 for w in self.layer_windows()):
-            raise ValueError(f"window must be >= 0 (0 = full attention), got {self.window}")
-        if self.mlp not in ('gelu', 'swiglu') or self.norm not in ('rmsnorm', 'layernorm'):
-            raise ValueError(f"mlp must be 'gelu' or 'swiglu' and norm 'rmsnorm' or 'layernorm', "
-                             f"got {self.mlp!r}, {self.norm!r}")
-        # n_embd // n_head would drop the remainder
-        if self.head_dim is None and self.n_embd % self.n_head:
-            raise ValueError(f"n_embd ({self.n_embd}) must be a multiple of n_head "
-                             f"({self.n_head}), or give head_dim")
-        if self.n_head % (self.n_kv_head or self.n_head):
-            raise ValueError(f"n_head ({self.n_head}) must be a multiple of n_kv_head "
-                             f"({self.n_kv_head})")
-        if self.attn_backend not in ('auto', 'sdpa', 'flex', 'manual'):
-            raise ValueError(f"attn_backend must be 'auto', 'sdpa', 'flex' or 'manual', "
-                             f"got {self.attn_backend!r}")
-        if not 0 <= self.attn_dropout < 1:
-            raise ValueError(f"attn_dropout must be in [0, 1), got {self.attn_dropout}")
-        # flex_attention has no dropout: it would be lost
-        if self.attn_backend == 'flex' and self.attn_dropout > 0:
-            raise ValueError("attn_backend='flex' cannot apply attention dropout: use 'sdpa' or "
-                             "'manual' (or 'auto')")
-        if self.attn_alpha < 1 or self.attn_scale not in ('none', 'adaptive', 'static', 'ssmax',
-                                                          'log_length'):
-            raise ValueError(f"attn_alpha must be >= 1 and attn_scale 'none', 'adaptive', "
-                             f"'static', 'ssmax' or 'log_length', got {self.attn_alpha}, "
-                             f"{self.attn_scale!r}")
-        if (self.rope_random < 0 or self.rope_scaling not in ('none', 'pi', 'yarn')
-                or self.rope_factor < 1):
-            raise ValueError(f"rope_random must be >= 0 (0: off), rope_scaling 'none', 'pi' or "
-                             f"'yarn', and rope_factor >= 1, got {self.rope_random}, "
-                             f"{self.rope_scaling!r}, {self.rope_factor}")
+                setattr(self, name, list(value) * (self.n_layer // len(value)))
 
     def layer_pos_encodings(self):
         p = self.pos_encoding
@@ -472,3 +422,48 @@ class Transformer(nn.Module):
         attn = sum(12 * c.n_head * self.head_dim * (min(T, w) if w else T)
                    for w in c.layer_windows())
         return 6 * (self.num_params() + c.vocab_size * c.n_embd) + attn
+
+
+# -----------------------------------------------------------------------------
+# the config's checks: the keys that take one of a few values; each condition and its message
+
+CHOICES = {'mlp': ('gelu', 'swiglu'), 'norm': ('rmsnorm', 'layernorm'), 'attn_backend': (
+    'auto', 'sdpa', 'flex', 'manual'), 'rope_scaling': ('none', 'pi', 'yarn'),
+    'attn_scale': ('none', 'adaptive', 'static', 'ssmax', 'log_length')}
+
+
+def check_config(c):
+    sizes = {k: getattr(c, k) for k in ('vocab_size', 'block_size', 'n_layer', 'n_head', 'n_embd',
+                                        'n_kv_head', 'head_dim', 'ffn_dim')}
+    sizes = {k: v for k, v in sizes.items() if v is not None}  # None: from the others
+    if min(sizes.values()) < 1:
+        raise ValueError("sizes must be >= 1: " + ', '.join(f'{k} = {v}' for k, v in sizes.items()))
+    check_dropout(c.dropout_type, c.dropout, c.vpad_variant)
+    for key, allowed in CHOICES.items():
+        if getattr(c, key) not in allowed:
+            raise ValueError(f"{key} must be one of {allowed}, got {getattr(c, key)!r}")
+    positions, windows = ([v] if isinstance(v, (str, int)) else list(v)  # per layer, or a pattern
+                          for v in (c.pos_encoding, c.window))
+    unknown = [p for p in positions if p not in POS_ENCODINGS]
+    uneven = [(k, len(v)) for k, v in (('pos_encoding', positions), ('window', windows))
+              if not v or c.n_layer % len(v)] or [('', 1)]
+    for holds, message in [
+        (not uneven[0][0], f"{uneven[0][0]} has {uneven[0][1]} entries but n_layer = {c.n_layer}: "
+                           f"give one per layer, or a pattern whose length divides {c.n_layer}"),
+        (not unknown, f"unknown pos_encoding {unknown[:1] and unknown[0]!r}; choose one of "
+                      f"{POS_ENCODINGS}"),
+        ('learned' not in positions or c.pos_encoding == 'learned',
+         "learned positions are added to the embeddings: use pos_encoding='learned' everywhere"),
+        (min(windows, default=0) >= 0, f"window must be >= 0 (0: full attention), got {c.window}"),
+        (c.head_dim is not None or c.n_embd % c.n_head == 0,  # n_embd // n_head drops the rest
+         f"n_embd ({c.n_embd}) must be a multiple of n_head ({c.n_head}), or give head_dim"),
+        (c.n_head % (c.n_kv_head or c.n_head) == 0,
+         f"n_head ({c.n_head}) must be a multiple of n_kv_head ({c.n_kv_head})"),
+        (0 <= c.attn_dropout < 1, f"attn_dropout must be in [0, 1), got {c.attn_dropout}"),
+        (not (c.attn_backend == 'flex' and c.attn_dropout > 0),  # flex has no dropout: lost
+         "attn_backend='flex' cannot apply attention dropout: use 'sdpa' or 'manual' (or 'auto')"),
+        (c.attn_alpha >= 1, f"attn_alpha must be >= 1 (1: softmax), got {c.attn_alpha}"),
+        (c.rope_random >= 0 and c.rope_factor >= 1, f"rope_random must be >= 0 (0: off) and "
+         f"rope_factor >= 1, got {c.rope_random}, {c.rope_factor}")]:
+        if not holds:
+            raise ValueError(message)
