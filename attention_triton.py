@@ -8,12 +8,13 @@ plan (tiles of queries against tiles of keys, nothing of size T x T in memory).
   positions times a float32 slope (0 for NAPE's NoPE heads): exact at any offset. Adding m_h * j
   alone, as softmax's shift invariance allows, errs by 3.5e-4 in the probabilities at 64K.
 - entmax-1.5 (Peters et al. 2019; AdaSplash, Goncalves et al. 2025, for the plan of passes):
-  p_ij = [z_ij/2 - tau_i]_+^2 with tau_i such that sum_j p_ij = 1. One pass takes the row max
-  (tau >= max - 1); then Newton's method from max - 1 on f(tau) = sum [x - tau]_+^2 - 1, convex and
-  decreasing, so every iterate stays below tau; the same pass's support S gives the root of
-  sum_S (x - tau)^2 = 1, which lies above tau (see entmax_threshold) and equals it once S is the
-  support. Passes stop when that bracket is within 1e-6 of tau; a last pass forms the output.
-- Backward (entmax, Peters et al. Eq. 10): dz = w * (dp - sum_j w_j dp_j / sum_j w_j), w = p^(1/2);
+  p_ij = [z_ij/2 - tau_i]_+^2, with tau_i such that sum_j p_ij = 1. One pass takes the row max
+  (tau >= max - 1). Then Newton's method from max - 1 on f(tau) = sum [x - tau]_+^2 - 1, convex
+  and decreasing, so every iterate stays below tau; the same pass's support S gives the root of
+  sum_S (x - tau)^2 = 1, which lies above tau (that quadratic is >= f from the iterate on) and
+  equals it once S is the support (_entmax_tau). Passes stop when that bracket is within 1e-6;
+  a last pass forms the output.
+- Backward (entmax, Peters et al. 2019): dz = w * (dp - sum_j w_j dp_j / sum_j w_j), w = p^(1/2);
   the forward keeps o2 = sum_j w_ij v_j / sum_j w_ij, so that sum_j w dp / sum w = dO . o2
   (AdaSplash's trick, as FlashAttention's delta = dO . O for softmax).
 - Attention dropout: Philox keep masks from (seed, the entry's index (b, h, i, j)), drawn again in
