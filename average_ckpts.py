@@ -187,10 +187,10 @@ class RunningAverages:
         self.sums = {K: None for K in ks}  # K -> name -> float32 tensor
         self.summed = -1  # the last step the sums hold
 
-    def add(self, it, state):
-        """Add the weights of iteration it (a state_dict) to the sums whose steps hold it."""
+    def add(self, it, model):
+        """Add the weights of iteration it to the sums whose steps hold it."""
         due = [K for K, w in self.windows.items() if it in w and it > self.summed]
-        weights = {n: t.detach().float() for n, t in state.items()
+        weights = {n: t.detach().float() for n, t in model.state_dict().items()  # FSDP: shards
                    if t.is_floating_point()} if due else {}
         for K in due:
             self.sums[K] = ({n: t.clone() for n, t in weights.items()} if self.sums[K] is None

@@ -509,7 +509,7 @@ while True:
         log({'event': 'eval', 'iter': it, **result})  # log: checkpoint.RunLog
     if last or halt:  # the weights to save have had no training forward yet: check them first
         check_divergence(it, forward_backward(it, backward=False))  # under "one training step"
-        averages.add(it, raw_model.state_dict())  # FSDP: its shards
+        averages.add(it, raw_model)
         save_checkpoint(it)
         if last and averages.windows:  # avg{K}_{first}-{last}.pt beside the last checkpoint
             state = hardware.model_state(raw_model) if sharded else raw_model.state_dict()
@@ -527,7 +527,7 @@ while True:
         grad_norm = grad_norm.full_tensor()
     grad_norm = grad_norm.item()
     check_divergence(it, loss, grad_norm)
-    averages.add(it, raw_model.state_dict())
+    averages.add(it, raw_model)
     if it > start_iter and it % ckpt_interval == 0:
         save_checkpoint(it)
     recent.append(loss)
