@@ -209,6 +209,23 @@ def _ds(s, dp, s1, s2, delta, keep, p_drop, ENTMAX: tl.constexpr, DROPOUT: tl.co
 
 
 @triton.jit
+def _query_rows(Q, DO, S1, S2, DELTA, b, h, bh, offs_m, offs_d, stride_qb, stride_qh, stride_qm,
+                stride_ob, stride_oh, stride_om, Tq, ENTMAX: tl.constexpr):
+    """A tile of queries with what their backward needs: q and dO (BM, D), the forward's row
+    statistics and delta (BM,); rows past the queries' end load as zeros."""
+    in_q = offs_m < Tq
+    q = tl.load(Q + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :],
+                mask=in_q[:, None], other=0.0)
+    do = tl.load(DO + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_om
+                 + offs_d[None, :], mask=in_q[:, None], other=0.0)
+    row = bh.to(tl.int64) * Tq + offs_m
+    s1 = tl.load(S1 + row, mask=in_q, other=0.0)
+    s2 = tl.load(S2 + row, mask=in_q, other=1.0) if ENTMAX else s1
+    delta = tl.load(DELTA + row, mask=in_q, other=0.0)
+    return q, do, s1, s2, delta
+
+
+@triton.jit
 def _bwd_dkdv(Q, K, V, SL, SEED, DO, S1, S2, DELTA, DK, DV,
               stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
               stride_vb, stride_vh, stride_vn, stride_ob, stride_oh, stride_om,
@@ -241,19 +258,13 @@ def _bwd_dkdv(Q, K, V, SL, SEED, DO, S1, S2, DELTA, DK, DV,
         slope = tl.load(SL + h) if HAS_BIAS else 0.0
         for m0 in range((m_lo // BLOCK_M) * BLOCK_M, m_hi, BLOCK_M):
             offs_m = m0 + tl.arange(0, BLOCK_M)
-            in_q = offs_m < Tq
-            q = tl.load(Q + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qm
-                        + offs_d[None, :], mask=in_q[:, None], other=0.0)  # (BM, D)
-            do = tl.load(DO + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_om
-                         + offs_d[None, :], mask=in_q[:, None], other=0.0)  # (BM, D)
-            row = bh.to(tl.int64) * Tq + offs_m
-            s1 = tl.load(S1 + row, mask=in_q, other=0.0)
-            s2 = tl.load(S2 + row, mask=in_q, other=1.0) if ENTMAX else s1
-            delta = tl.load(DELTA + row, mask=in_q, other=0.0)
-            s = _scores(q, K, n0, stride_kn, tl.arange(0, D), q_start + offs_m, Tk, k_start,
-                        window, slope, sm_scale, HAS_BIAS, WINDOW, PRECISION, BLOCK_N)
-            s = tl.where(in_q[:, None], s, float('-inf'))  # rows past the end take no part
-            keep = _keep(seed, bh, offs_m, offs_n, Tq, Tk, p_drop) if DROPOUT else s1[:, None] > 0
+            q, do, s1, s2, delta = _query_rows(  # (BM, D) twice, (BM,) thrice
+                Q, DO, S1, S2, DELTA, b, h, bh, offs_m, offs_d, stride_qb, stride_qh, stride_qm,
+                stride_ob, stride_oh, stride_om, Tq, ENTMAX)
+            s = _scores(q, K, n0, stride_kn, offs_d, q_start + offs_m, Tk, k_start, window,
+                        slope, sm_scale, HAS_BIAS, WINDOW, PRECISION, BLOCK_N)
+            s = tl.where(offs_m[:, None] < Tq, s, float('-inf'))  # rows past the end: no part
+            keep = _keep(seed, bh, offs_m, offs_n, Tq, Tk, p_drop) if DROPOUT else s > 0
             dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)  # (BM, BN)
             p, ds = _ds(s, dp, s1, s2, delta, keep, p_drop, ENTMAX, DROPOUT)
             dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PRECISION)
@@ -277,19 +288,13 @@ def _bwd_dq(Q, K, V, SL, SEED, DO, S1, S2, DELTA, DQ,
     b, h = bh // H, bh % H
     offs_m = m0 + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, D)
-    in_q = offs_m < Tq
-    q = tl.load(Q + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :],
-                mask=in_q[:, None], other=0.0)  # (BM, D)
-    do = tl.load(DO + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_om
-                 + offs_d[None, :], mask=in_q[:, None], other=0.0)  # (BM, D)
+    q, do, s1, s2, delta = _query_rows(  # (BM, D) twice, (BM,) thrice
+        Q, DO, S1, S2, DELTA, b, h, bh, offs_m, offs_d, stride_qb, stride_qh, stride_qm,
+        stride_ob, stride_oh, stride_om, Tq, ENTMAX)
     K = K + b * stride_kb + (h // GROUP) * stride_kh
     V = V + b * stride_vb + (h // GROUP) * stride_vh
     slope = tl.load(SL + h) if HAS_BIAS else 0.0
     seed = tl.load(SEED) if DROPOUT else 0
-    row = bh.to(tl.int64) * Tq + offs_m
-    s1 = tl.load(S1 + row, mask=in_q, other=0.0)
-    s2 = tl.load(S2 + row, mask=in_q, other=1.0) if ENTMAX else s1
-    delta = tl.load(DELTA + row, mask=in_q, other=0.0)
     dq = tl.zeros((BLOCK_M, D), tl.float32)
     lo, hi = _key_range(m0, q_start, k_start, Tk, window, WINDOW, BLOCK_M, BLOCK_N)
     for n0 in range(lo, hi, BLOCK_N):
@@ -304,14 +309,14 @@ def _bwd_dq(Q, K, V, SL, SEED, DO, S1, S2, DELTA, DQ,
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)  # (BM, BN)
         _, ds = _ds(s, dp, s1, s2, delta, keep, p_drop, ENTMAX, DROPOUT)
         dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
-    tl.store(DQ + row[:, None] * D + offs_d[None, :], dq * sm_scale,
-             mask=in_q[:, None])
+    row = bh.to(tl.int64) * Tq + offs_m
+    tl.store(DQ + row[:, None] * D + offs_d[None, :], dq * sm_scale, mask=offs_m[:, None] < Tq)
 
 
 # -----------------------------------------------------------------------------
 # the operator: opaque to torch.compile (one graph around it), with its own backward
 
-def _launch_args(q, k, v, slopes, q_start, k_start, window, dropout_p, entmax):
+def _launch_args(q, k, slopes, q_start, k_start, window, dropout_p, entmax):
     """The arguments every kernel shares, after the tensors and strides."""
     B, H, Tq, D = q.shape
     return dict(H=H, GROUP=H // k.size(1), Tq=Tq, Tk=k.size(2), q_start=q_start, k_start=k_start,
@@ -341,7 +346,7 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slopes: torch.Te
     o2 = torch.empty(B, H, Tq, D if entmax else 0, device=q.device, dtype=torch.float32)
     s1, s2 = (torch.empty(B, H, Tq, device=q.device, dtype=torch.float32) for _ in range(2))
     tile = _tile()
-    args = _launch_args(q, k, v, slopes if slopes.numel() else None, q_start, k_start, window,
+    args = _launch_args(q, k, slopes if slopes.numel() else None, q_start, k_start, window,
                         dropout_p, entmax)
     _fwd[(triton.cdiv(Tq, tile), B * H)](
         q, k, v, slopes, seed, o, o2, s1, s2, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
@@ -368,7 +373,7 @@ def _backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
     dq = torch.empty(B, H, Tq, D, device=q.device, dtype=torch.float32)
     dk, dv = (torch.empty(B, Hkv, Tk, D, device=q.device, dtype=torch.float32) for _ in range(2))
     tile = _tile()
-    args = _launch_args(q, k, v, slopes if slopes.numel() else None, q_start, k_start, window,
+    args = _launch_args(q, k, slopes if slopes.numel() else None, q_start, k_start, window,
                         dropout_p, entmax)
     strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3])
     _bwd_dkdv[(triton.cdiv(Tk, tile), B * Hkv)](
@@ -388,7 +393,8 @@ def _(do, q, k, v, delta, s1, s2, slopes, seed, q_start, k_start, window, dropou
 def _setup_context(ctx, inputs, output):
     q, k, v, slopes, seed, *ctx.settings = inputs
     o, o2, s1, s2 = output
-    ctx.save_for_backward(q, k, v, o if o2.numel() == 0 else o2, s1, s2, slopes, seed)
+    entmax = ctx.settings[-1]
+    ctx.save_for_backward(q, k, v, o2 if entmax else o, s1, s2, slopes, seed)
 
 
 def _autograd_backward(ctx, do, *_):
