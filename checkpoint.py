@@ -1,10 +1,9 @@
 """
 A run's files: our checkpoints, written atomically and read with weights_only=True; the run
-folder's lock, and the check that no tool writes over a run (check_output); the model registry
-(MODELS, build_model) and one loader that turns a checkpoint (or a folder of released weights,
-read by weights.py) into a model plus its tokenizer (load_model); train.py's ways in
-(resume_state, cpt_source, cpt_model_args), its checkpoint pairs (save_pair) and its record
-(RunLog: log.jsonl).
+folder's lock, and the check that no tool writes over a run (check_output); one loader that turns
+a checkpoint (or a folder of released weights, read by weights.py) into a model plus its tokenizer
+(load_model); train.py's ways in (way_in: resume_state, cpt_source, cpt_model_args), its
+checkpoint pairs (save_pair) and its record (RunLog: log.jsonl).
 
 A checkpoint is out_dir/ckpt_{step:06d}.pt = {model (state dict, clean keys), model_type,
 model_args, tokenizer (spec), step, config (the whole resolved config)}; every saved step is
@@ -18,6 +17,7 @@ import errno
 import fcntl
 import glob
 import json
+import math
 import os
 import pickle
 import re
@@ -28,11 +28,9 @@ from dataclasses import fields
 
 import torch
 
-from mamba import Mamba2, Mamba2Config
-from model import Transformer, TransformerConfig
 from tokens import Tokenizer, same_tokenizer
 
-MODELS = {'transformer': (Transformer, TransformerConfig), 'mamba2': (Mamba2, Mamba2Config)}
+MODEL_TYPES = ('transformer', 'mamba2')
 CKPT_KEYS = {'model', 'model_type', 'model_args', 'tokenizer', 'step'}  # what every reader takes
 
 
@@ -244,10 +242,20 @@ def check_output(path, overwrite, ours, tool, inputs=()):
                          f"({e.strerror or e})") from None
 
 
+def model_class(model_type):
+    """-> (the model's class, its config's class): model.py's Transformer, or mamba.py's Mamba2
+    (a file read only when its model is wanted)."""
+    if model_type == 'transformer':
+        from model import Transformer, TransformerConfig
+        return Transformer, TransformerConfig
+    if model_type == 'mamba2':
+        from mamba import Mamba2, Mamba2Config
+        return Mamba2, Mamba2Config
+    raise ValueError(f"unknown model_type {model_type!r}; choose one of {list(MODEL_TYPES)}")
+
+
 def build_model(model_type, args):
-    if model_type not in MODELS:
-        raise ValueError(f"unknown model_type {model_type!r}; choose one of {list(MODELS)}")
-    cls, config_cls = MODELS[model_type]
+    cls, config_cls = model_class(model_type)
     return cls(config_cls(**args))
 
 
@@ -399,11 +407,11 @@ def source_shape(source):
         raise SystemExit(f"init_from: {source}: {e}")
 
 
-def cpt_model_args(source_args, config, user_keys, source):
-    """CPT: the architecture of the source checkpoint with this run's regularization and windows
-    (RUNTIME), and its positions where it sets them (POSITIONS). A model key that the config sets
-    (user_keys) to another value is an error: it could not apply."""
-    known = {f.name for f in fields(MODELS[config['model_type']][1])}
+def cpt_model_args(model_type, source_args, config, user_keys, source):
+    """CPT: the architecture of the source checkpoint (a model_type) with this run's
+    regularization and windows (RUNTIME), and its positions where it sets them (POSITIONS). A model
+    key that the config sets (user_keys) to another value is an error: it could not apply."""
+    known = {f.name for f in fields(model_class(model_type)[1])}
     fixed = known - set(RUNTIME) - set(POSITIONS) - {'vocab_size', 'block_size'}  # from the data
     clash = {k: (source_args.get(k), config[k]) for k in sorted(user_keys & fixed)
              if config[k] != source_args.get(k)}
@@ -418,6 +426,60 @@ def cpt_model_args(source_args, config, user_keys, source):
                          f"{source}, but the config sets {sets}. Remove these keys; CPT may change "
                          f"only {', '.join(RUNTIME + POSITIONS)} (learned positions excepted)")
     return {**source_args, **{k: config[k] for k in RUNTIME if k in known}, **positions}
+
+
+def way_in(c, model_args, given, sharded, tokenizer, dry_run=False, say=print):
+    """train.py's way in for its config c (given: the keys it set) -> (start step, checkpoint,
+    optimizer file, CPT source, model_type, model_args, batches skipped):
+    - from scratch: 0, None, None, None, and the config's model;
+    - resumed (init_from='resume'): out_dir's newest pair that reads (resume_state), its model (a
+      CPT run's architecture is its source's, as when it started), and the batches skipped before
+      with skip_steps more from here (after a divergence);
+    - continued pre-training from a checkpoint, weights folder or hub id: its weights and
+      architecture with this run's regularization and windows (cpt_model_args); for a dry run
+      the source's shape alone.
+    SystemExit, before anything is written, where out_dir or the source does not fit."""
+    out_dir, source, model_type = c['out_dir'], c['init_from'], c['model_type']
+    if source != 'resume' and not dry_run and steps(out_dir):
+        raise SystemExit(f"{out_dir} already holds checkpoints of an earlier run: continue it with "
+                         f"--init_from=resume, or choose another --out_dir (or delete the folder)")
+    if source == 'scratch':
+        return 0, None, None, None, model_type, model_args, []
+    if source == 'resume':
+        step, ckpt, optim = resume_state(out_dir, sharded, say)
+        skips = ckpt.get('skips', []) + ([[step, c['skip_steps']]] if c['skip_steps'] else [])
+        cpt_from = ckpt.get('cpt_from')
+        if cpt_from:
+            model_type = ckpt['model_type']
+            model_args = cpt_model_args(model_type, ckpt['model_args'], c, given, cpt_from)
+        check_resume(ckpt, model_type, model_args, out_dir, c['halt_at'])
+        say(f"resuming {out_dir} at iteration {step}")
+        return step, ckpt, optim, cpt_from, model_type, model_args, skips
+    if dry_run:  # the source's shape alone (a folder's config.json)
+        model_type, source_args = source_shape(source)
+        model_args = cpt_model_args(model_type, source_args, c, given, source)
+        return 0, None, None, None, model_type, model_args, []
+    ckpt = cpt_source(source, tokenizer, model_type if 'model_type' in given else None)
+    model_args = cpt_model_args(ckpt['model_type'], ckpt['model_args'], c, given, source)
+    say(f"continued pre-training from {source} (step {ckpt['step']})")
+    return 0, ckpt, None, source, ckpt['model_type'], model_args, []
+
+
+def divergence(loss, grad_norm, recent, spike_threshold):
+    """Why the weights that gave this loss and gradient norm must not be kept, or None: a loss or
+    gradient not finite, or a loss spike_threshold nats above the lowest of the recent losses (the
+    first loss, over the first 5 steps, while it falls fast). Weights blown up by a huge step give
+    a uniform output, ln(vocab), without ever reaching NaN."""
+    if len(recent) >= 5:
+        reference, what = min(recent), f"the lowest of the last {len(recent)}"
+    else:  # the first steps
+        reference, what = (recent[0], "the first loss") if recent else (math.inf, '')
+    if not (math.isfinite(loss) and math.isfinite(grad_norm)):
+        return f"loss {loss}, gradient norm {grad_norm} (not finite)"
+    if spike_threshold and loss > reference + spike_threshold:
+        return (f"loss {loss:.4f}, {loss - reference:.2f} nats above {what} (spike_threshold = "
+                f"{spike_threshold}; 0 turns the check off)")
+    return None
 
 
 def after_divergence(out_dir, it):

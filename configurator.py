@@ -200,6 +200,8 @@ def check_training(c):
         (c['warmup_frac'] + c['anneal_frac'] * (c['schedule'] == 'wsd') > 1,
          f"warmup_frac ({c['warmup_frac']}) and anneal_frac ({c['anneal_frac']}) are fractions of "
          f"the run: warm-up plus anneal at most 1"),
+        (c['dry_run'] and c['init_from'] == 'resume',
+         "a dry run plans a new run, from scratch or for CPT: not init_from='resume'"),
         (c['skip_steps'] and c['init_from'] != 'resume',
          f"skip_steps ({c['skip_steps']}) skips batches of a resumed run: give --init_from=resume"),
         (c['task'] != 'lm' and c['niah_mix'],

@@ -2,25 +2,21 @@
 What the evaluations share. An eval script's start-up (eval_setup: a checkpoint loaded for it,
 its precision, the length it can take) and the check of its outputs before anything is computed
 (eval_outputs, eval_settings). Then the measures of a trained model, shared by the scripts that
-report them (eval_loss.py, tools/probe_variance.py, train.py's evaluation, tools/study.py):
-per-position cross-entropy and its length bands, the entropy of attention by query position, and
-the pre-activation variance mismatch of the paper's Figure 3 with its pre-norm view: functions of
-a model and a batch, no files, no plots.
+report them (train.py's evaluation, eval_loss.py, tools/study.py): the loss at the training length,
+per-position cross-entropy and its length bands, the accuracy of a symbol task by length, and the
+entropy of attention by query position: functions of a model and its data, no files, no plots.
+(The variance mismatch of the paper's Figure 3: tools/variance.py.)
 """
 
 import hashlib
 import json
 import os
-import re
 from contextlib import nullcontext
 
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 
 import checkpoint
 import hardware
-from dropout import Dropout, variance_error
 from tokens import VAL, batch_rng
 
 # -----------------------------------------------------------------------------
@@ -267,6 +263,34 @@ def task_accuracy(task, model, lengths, n, seed, device, autocast=nullcontext(),
             'token_accuracy': {str(L): c[1] for L, c in zip(lengths, correct)}}
 
 
+@torch.no_grad()
+def evaluate(model, c, batch_size, block_size, train_data, val_data, sharded=False, say=print,
+             **shared):
+    """train.py's evaluation of model (c: its config; its micro-batch and training length, which
+    the config's may not be: CPT records the source's block_size): the loss at the training length
+    and, at c['eval_lengths'], the per-position loss (lm) or the accuracy of greedy
+    answers (tasks). shared: device, autocast, rank, world, reduce; each process takes its share,
+    the same number of forwards (FSDP's all run each one at once). In eval mode, then back."""
+    model.eval()
+    result = val_loss(model, val_data, c['eval_iters'], batch_size, block_size, c['seed'], **shared)
+    lengths = c['eval_lengths']
+    if sharded and lengths:  # the embedding and the head live outside the blocks: gathered
+        model.unshard()
+    if lengths and c['task'] == 'lm':
+        result.update(position_loss(model, val_data, lengths, c['eval_windows'], block_size,
+                                    **shared))
+        if 'windows' not in result:
+            say(f"(no validation document is longer than {max(lengths)} tokens: no per-position "
+                f"loss)")
+    elif lengths:
+        result.update(task_accuracy(train_data, model, lengths, c['task_eval_samples'],
+                                    c['seed'], **shared))
+    if sharded and lengths:
+        model.reshard()
+    model.train()
+    return result
+
+
 def eval_line(it, result, task):
     """train.py's line for one evaluation."""
     bands = '  '.join(f"{k}: {v:.4f}" for k, v in result.get('position_loss', {}).items())
@@ -346,103 +370,3 @@ def attention_entropy(net, windows):
     # (H, T) each: a window's slices side by side, summed over windows
     per_layer = [sum(torch.cat(out[i:i + n], 1) for i in range(0, len(out), n)) for out in rows]
     return torch.stack(per_layer) / len(windows)  # (L, H, T)
-
-
-# -----------------------------------------------------------------------------
-# The variance-mismatch probe (Fig. 3). Both probes hook a model built from these operators
-# (model.py's Transformer, mamba.py's Mamba2) and run it on one batch, in eval mode throughout.
-
-def _layer(name):
-    """'layers.3.attn.q' -> (3, 'attn.q')."""
-    parts = name.split('.')
-    i = parts.index('layers')
-    return int(parts[i + 1]), '.'.join(parts[i + 2:])
-
-
-PROJECTIONS = ('q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj',
-               'in_proj', 'out_proj')
-
-
-def projections(model):
-    """(name, nn.Linear) of every projection whose input passes a pre-linear site (model.py's
-    Attention and MLP, mamba.py's Mixer; ASEntmax's scale_proj has none)."""
-    return [(n, m) for n, m in model.named_modules()
-            if n.rsplit('.', 1)[-1] in PROJECTIONS and isinstance(m, nn.Linear)]
-
-
-@torch.no_grad()
-def variance_mismatch(model, idx, op=None):
-    """For every projection W with a pre-linear site (PROJECTIONS) of `model` on the batch idx
-    (B, T): the pre-activation y = W x in eval mode, and y' = W op(x) on the same input x with the
-    site's train-mode operator (its own, or `op`, e.g. VPAD(0.1)). One row per projection: the
-    signed relative error (Var[y'] - Var[y]) / Var[y], Var over all elements as in Fig. 3, and
-    r = sum_ij W_ij^2 x_j^2 / ||W x||^2 (summed over tokens) with what r predicts in expectation
-    over the mask (dropout.py's docstring): PL-D p/(1-p) * r, VPAD p * (r - 1)."""
-    rows, hooks = [], []
-
-    def record(name, module, x, own_site):
-        site = op or own_site
-        if isinstance(site, nn.Identity):
-            raise ValueError(f"{name} has no pre-linear dropout (the model was trained without): "
-                             f"give an operator")
-        was = site.training
-        site.train()
-        x = x[0]  # (B, T, d_in)
-        y = F.linear(x, module.weight, module.bias)
-        y_train = F.linear(site(x), module.weight, module.bias)
-        site.train(was)
-        var, var_train = y.float().var().item(), y_train.float().var().item()
-        x, w = x.float(), module.weight.float()
-        # r = sum_ij W_ij^2 x_j^2 / ||W x||^2
-        r = (F.linear(x * x, w * w).sum() / F.linear(x, w).pow(2).sum()).item()
-        layer, matrix = _layer(name)
-        rows.append({'name': name, 'layer': layer, 'matrix': matrix, 'var_eval': var,
-                     'var_train': var_train, 'rel_err': (var_train - var) / var, 'r': r,
-                     'predicted_pre_linear': variance_error('pre_linear', site.p, r),
-                     'predicted_vpad': variance_error('vpad', site.p, r)})
-
-    for name, module in projections(model):
-        site = model.get_submodule(name.rsplit('.', 1)[0]).pre_linear  # the sublayer's own site
-        hook = lambda m, x, name=name, site=site: record(name, m, x, site)  # noqa: E731
-        hooks.append(module.register_forward_pre_hook(hook))
-    was = model.training
-    try:
-        model.eval()
-        model.hidden(idx)
-    finally:
-        model.train(was)
-        for h in hooks:
-            h.remove()
-    return rows
-
-
-@torch.no_grad()
-def pre_norm_drift(model, idx, p):
-    """The pre-norm view: every block's normalised input (the output of the norms that read the
-    residual stream) in eval mode and with pre-norm dropout of rate p active at every PN-D site,
-    nothing else. One row per norm: the mean over tokens of the cosine between the two. Dropout
-    upstream reaches every later norm (Eq. 6), so the drift accumulates with depth."""
-    out, hooks = {}, []
-    # the norms that read the residual stream, not Mamba2's gated norm
-    norms = [(n, m) for n, m in model.named_modules() if re.fullmatch(r'layers\.\d+\.norm\d?', n)]
-    for name, module in norms:
-        hook = lambda m, x, y, name=name: out.setdefault(name, []).append(y.float())  # noqa: E731
-        hooks.append(module.register_forward_hook(hook))
-    sites = [(block, block.pre_norm) for block in model.layers]
-    was = model.training
-    try:
-        model.eval()
-        model.hidden(idx)
-        for block, _ in sites:
-            block.pre_norm = Dropout(p)  # in training mode: only these are active
-        model.hidden(idx)
-    finally:
-        for block, site in sites:
-            block.pre_norm = site
-        model.train(was)
-        for h in hooks:
-            h.remove()
-    return [{'name': name, 'layer': _layer(name)[0], 'norm': _layer(name)[1],
-             'cosine': F.cosine_similarity(*out[name], dim=-1).mean().item()} for name, _ in norms]
-
-

@@ -295,11 +295,37 @@ def planned(data_dir, needed=True):
     return types.SimpleNamespace(meta=meta)
 
 
-def training_data(data_dir, block_size, train_tokens=0, max_tokens=None, **hint):
-    """train.py's two splits of data_dir, each with a shard longer than block_size (SystemExit
-    with what to do otherwise; hint: prepare_command's source)."""
+def training_data(c, dry_run=False, say=print):
+    """train.py's data for its config c -> (train, val): a symbol task (tasks.py), both splits
+    one object; or data_dir's two splits, each with a shard longer than block_size, with
+    niah_mix of the training sequences NIAH-1 documents (ruler.NiahMixture; validation stays
+    language alone); or, for a dry run, what planned() knows. SystemExit says what to do, as when
+    the config's vocab_size is less than the data's."""
+    train, val = _training_data(c, dry_run, say)
+    data_vocab = train.meta.get('vocab_size', 0)  # 0: a dry run's CPT, which takes the source's
+    if c['vocab_size'] is not None and c['vocab_size'] < data_vocab:
+        raise SystemExit(f"config error: vocab_size = {c['vocab_size']} is less than the data's "
+                         f"{data_vocab} tokens: leave it unset (the data's, rounded up to 64s)")
+    return train, val
+
+
+def _training_data(c, dry_run, say):
+    scratch = c['init_from'] == 'scratch'
+    if c['task'] != 'lm':
+        import tasks  # the symbol tasks (docs/study.md, the paper's Copy)
+        try:
+            data = tasks.from_config(c)
+        except ValueError as e:
+            raise SystemExit(f"config error: {e}")
+        say(f"data: the {c['task']} task, {c['task_vocab']} symbols, {tasks.LENGTHS[c['task']]} "
+            f"{c['task_min_len']}-{c['task_max_len']}, sequences padded to {data.block_size}")
+        return data, data
+    if dry_run:  # the vocabulary alone: the data's meta.json, else its tokenizer's
+        return planned(c['data_dir'], c['vocab_size'] is None and scratch), None
+    data_dir, block_size = c['data_dir'], c['block_size']
+    hint = {'source': None if scratch or c['init_from'] == 'resume' else c['init_from']}
     try:
-        train, val = (TokenData(data_dir, 'train', train_tokens, max_tokens, hint),
+        train, val = (TokenData(data_dir, 'train', c['train_tokens'], c['max_tokens'], hint),
                       TokenData(data_dir, 'val', hint=hint))
     except (FileNotFoundError, ValueError) as e:
         raise SystemExit(str(e))
@@ -308,13 +334,27 @@ def training_data(data_dir, block_size, train_tokens=0, max_tokens=None, **hint)
             raise SystemExit(f"config error: block_size = {block_size}, but no {split} shard of "
                              f"{data_dir} holds more than {d.sizes.max():,} tokens: windows of "
                              f"block_size + 1 do not fit; use a shorter block_size")
+    if c['niah_mix']:
+        from ruler import NiahMixture  # RULER's generators, only for this (eval_niah.py's prompts)
+        try:
+            lengths = [block_size * (12 + i) // 16 for i in range(5)]
+            train = NiahMixture(train, c['niah_mix'], Tokenizer(train.meta['tokenizer']), lengths,
+                                c['seed'], c['niah_task'])
+        except ValueError as e:
+            raise SystemExit(f"config error: {e}")
+        say(f"data: {c['niah_mix']:.0%} of the sequences are NIAH-1 documents ({c['niah_task']}), "
+            f"the loss on the answer")
+    epochs = f"; {c['max_tokens'] / len(train):.1f} epochs" if c['train_tokens'] else ""
+    say(f"data: {data_dir}, {len(train):,} train / {len(val):,} val tokens; tokenizer "
+        f"{train.meta['tokenizer']}{epochs}")
     return train, val
 
 
-def micro_batches(tokens_per_batch, block_size, world, batch_size):
+def micro_batches(tokens_per_batch, block_size, world, batch_size, say=print):
     """A step's tokens_per_batch // block_size sequences go in micro-batches of the largest size up
     to batch_size that splits them evenly over the `world` processes -> (micro-batch size,
-    micro-steps). SystemExit if the sequences do not split over the processes."""
+    micro-steps), said if it is not batch_size. SystemExit if the sequences do not split over the
+    processes."""
     sequences = tokens_per_batch // block_size
     if tokens_per_batch % block_size or sequences < 1:
         raise SystemExit(f"config error: tokens_per_batch ({tokens_per_batch}) must be a positive "
@@ -326,6 +366,10 @@ def micro_batches(tokens_per_batch, block_size, world, batch_size):
                          f"that divides {sequences} ({counts}) or another tokens_per_batch")
     per_process = sequences // world
     micro = max(b for b in range(1, min(batch_size, per_process) + 1) if per_process % b == 0)
+    if micro < batch_size:
+        say(f"note: micro-batches of {micro} sequences, the largest up to batch_size = "
+            f"{batch_size} that splits the {per_process} per process evenly; a run with other "
+            f"micro-batches has other batches and masks")
     return micro, per_process // micro
 
 

@@ -7,7 +7,8 @@ Train a model from scratch, continue pre-training (CPT) from a checkpoint, or re
 
 Every global below is a config key, set in a config file or as --key=value (configurator.py), and
 the resolved config is stored in every checkpoint. The file reads top to bottom: config, checks,
-data, model (the three ways in), optimizer, evaluation, one training step, the loop.
+data, model (the three ways in), optimizer, one training step, the loop (its evaluations:
+measures.evaluate).
 """
 
 import collections
@@ -28,18 +29,15 @@ import checkpoint
 import hardware
 from average_ckpts import RunningAverages
 from configurator import check_training, configure
-from mamba import Mamba2, Mamba2Config
+from measures import eval_line, evaluate, report
 from model import Transformer, TransformerConfig
-from measures import eval_line, position_loss, report, task_accuracy, val_loss
-from tokens import TRAIN, Tokenizer, batch_rng, micro_batches, planned, training_data
+from tokens import TRAIN, batch_rng, micro_batches, training_data
 
 # -----------------------------------------------------------------------------
 # I/O
 out_dir = 'out'
-# print the plan and the memory of each of dry_run_gpus processes (GPUs like an H100), then stop: no
-# data, weights (of a CPT source, its config.json at most), GPU or file is touched
-dry_run = False
-dry_run_gpus = 8
+dry_run = False  # print the plan and the memory of each of dry_run_gpus processes, then stop:
+dry_run_gpus = 8  # no data, weights (a CPT source's config.json at most), GPU or file is touched
 init_from = 'scratch'  # 'scratch', 'resume' (out_dir's newest), or CPT from a checkpoint or weights
 log_interval = 10  # iterations between log lines (also written to out_dir/log.jsonl)
 eval_interval = 500  # iterations between evaluations (and at the end)
@@ -54,10 +52,8 @@ eval_windows = 16  # lm: validation windows of max(eval_lengths) tokens for the 
 task: Literal['lm', 'copy', 'needle', 'offset', 'delay_copy'] = 'lm'  # lm: data_dir; or tasks.py's
 data_dir = 'data/shakespeare/byte'  # lm: train*.bin / val*.bin and meta.json (data/*/prepare.py)
 train_tokens = 0  # lm: if > 0, only the first train_tokens tokens (repeated: a corpus to over-fit)
-niah_mix = 0.0  # lm: this fraction of the sequences are NIAH-1 documents (ruler.NiahMixture) of
-# 3/4 of block_size to block_size tokens, the loss on their answers: phase 1 of docs/study.md's CPT
-niah_task: Literal['niah_single_1', 'niah_single_1_short'] = 'niah_single_1'  # (ruler.py) the short
-# one for block sizes under 1024 bytes
+niah_mix = 0.0  # lm: this fraction of the sequences NIAH-1 documents (docs/study.md's phase 1)
+niah_task: Literal['niah_single_1', 'niah_single_1_short'] = 'niah_single_1'  # short: < 1K bytes
 task_vocab = 32  # tasks: symbols, the 4 special ones included
 task_min_len = 50  # tasks: lengths in training (tasks.LENGTHS says of what), uniform in
 task_max_len = 100  # [task_min_len, task_max_len]; the test lengths are eval_lengths
@@ -130,9 +126,8 @@ compile: bool | None = None  # torch.compile; None: on for CUDA, off elsewhere
 parallel: Literal['ddp', 'fsdp'] = 'ddp'  # under torchrun: a replica per process, or FSDP2
 activation_checkpointing = False  # recompute each block in the backward: less memory, more time
 keep_last = 0  # keep the newest N model checkpoints; 0 keeps all (averaging needs the last K)
-# the averages of the weights at the last K of the averaging steps (every average_interval, and
-# the last), summed as the run goes and written at its end as avg{K}_{first}-{last}.pt, as
-# average_ckpts.py writes them from saved checkpoints (Tables 9, 10, 12); resumable
+# the average of the weights at the last K averaging steps, summed as the run goes and written at
+# its end as avg{K}_{first}-{last}.pt, as average_ckpts.py writes it (Tables 9, 10, 12)
 average_last: list[int] = []  # e.g. [10, 20, 30]
 average_interval = 0  # iterations between the averaged weights; 0: ckpt_interval
 wandb_log = False  # also log to Weights & Biases (pip install wandb) what log.jsonl gets
@@ -143,13 +138,9 @@ given = set()  # the keys a config file or the command line set
 config = configure(globals(), sys.argv[1:], given=given)
 check_training(config)  # the ranges of the keys and the errors between them (configurator.py)
 globals().update(config)
-# the model keys set: a CPT run may set only those that it can apply (checkpoint.cpt_model_args)
-user_model_keys = given & {*TransformerConfig.__dataclass_fields__,
-                           *Mamba2Config.__dataclass_fields__}
 
 # the processes: one per GPU under torchrun (NCCL), or per CPU process (gloo); or just this one
 distributed = 'RANK' in os.environ
-# device 'auto': cuda, mps, else cpu
 rank, world, device = (0, dry_run_gpus, 'cpu') if dry_run else hardware.start(device)
 master = rank == 0
 sharded = (distributed or dry_run) and parallel == 'fsdp'
@@ -165,52 +156,16 @@ if device_type == 'cuda':
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
 say = functools.partial(print, flush=True) if master else lambda *args: None
 
-# data, and the batch arithmetic
-if task != 'lm':
-    import tasks  # the symbol tasks (docs/study.md)
-    try:
-        train_data = val_data = tasks.from_config(config)
-    except ValueError as e:
-        raise SystemExit(f"config error: {e}")
-    block_size = config['block_size'] = train_data.block_size  # the longest sequence, padded to
-    say(f"data: the {task} task, {task_vocab} symbols, {tasks.LENGTHS[task]} "
-        f"{task_min_len}-{task_max_len}, sequences padded to {block_size}")
-elif dry_run:  # the vocabulary alone: the data's meta.json, else its tokenizer's (data_dir's name)
-    train_data = planned(data_dir, vocab_size is None and init_from == 'scratch')
-else:
-    train_data, val_data = training_data(  # a CPT source's tokenizer, for the hint
-        data_dir, block_size, train_tokens, max_tokens,
-        source=init_from if init_from not in ('scratch', 'resume') else None)
-    if niah_mix:  # validation stays language alone
-        from ruler import NiahMixture  # RULER's generators, only for this (eval_niah.py's prompts)
-        try:
-            lengths = [block_size * (12 + i) // 16 for i in range(5)]
-            train_data = NiahMixture(train_data, niah_mix, Tokenizer(train_data.meta['tokenizer']),
-                                     lengths, seed, niah_task)
-        except ValueError as e:
-            raise SystemExit(f"config error: {e}")
-        say(f"data: {niah_mix:.0%} of the sequences are NIAH-1 documents ({niah_task}), the loss "
-            f"on the answer")
-if task == 'lm' and not dry_run:
-    epochs = f"; {max_tokens / len(train_data):.1f} epochs" if train_tokens else ""
-    say(f"data: {data_dir}, {len(train_data):,} train / {len(val_data):,} val tokens; tokenizer "
-        f"{train_data.meta['tokenizer']}{epochs}")
+# data, and the batch arithmetic (tokens.py: a symbol task, data_dir's shards, NIAH-1 mixed in)
+train_data, val_data = training_data(config, dry_run, say)
+if task != 'lm':  # the longest sequence, padded to
+    block_size = config['block_size'] = train_data.block_size
 # micro-batch j of a step: its data and dropout masks depend on (seed, step, j) alone, so with the
 # same micro-batch size any process count trains alike
-micro_batch, grad_accum = micro_batches(tokens_per_batch, block_size, world, batch_size)
-if micro_batch < batch_size:
-    say(f"note: micro-batches of {micro_batch} sequences, the largest up to batch_size = "
-        f"{batch_size} that splits the {grad_accum * micro_batch} per process evenly; a run with "
-        f"other micro-batches has other batches and masks")
-batch_size = micro_batch
+batch_size, grad_accum = micro_batches(tokens_per_batch, block_size, world, batch_size, say)
 max_iters = int(max_tokens // tokens_per_batch)
-data_vocab = train_data.meta.get('vocab_size', 0)  # 0: a dry run's CPT, which takes the source's
-if vocab_size is None:
-    vocab_size = config['vocab_size'] = -(-data_vocab // 64) * 64
-if vocab_size < data_vocab:
-    raise SystemExit(f"config error: vocab_size = {vocab_size} is less than the data's "
-                     f"{data_vocab} tokens: leave it unset (the data's, rounded up to a multiple "
-                     f"of 64)")
+if vocab_size is None:  # the data's, rounded up to a multiple of 64 (a dry run's CPT: the source's)
+    vocab_size = config['vocab_size'] = -(-train_data.meta.get('vocab_size', 0) // 64) * 64
 say(f"{max_iters:,} iterations of {tokens_per_batch:,} tokens = {world} processes x {grad_accum} "
     f"micro-steps x {batch_size} x {block_size}")
 every = average_interval or ckpt_interval  # the averages of the last K of these weights
@@ -225,12 +180,11 @@ for K, w in averages.windows.items():
 # recent losses and the skipped batches, from out_dir's newest checkpoint pair); or continued
 # pre-training (the architecture and weights of init_from, this run's regularization and windows)
 # From scratch, what reaches the model (resume and CPT take the checkpoint's instead, below):
-config_class = TransformerConfig if model_type == 'transformer' else Mamba2Config
-n_layer = config_class.n_layer if n_layer is None else n_layer
 if model_type == 'transformer':
-    model_args = dict(vocab_size=vocab_size, block_size=block_size, n_layer=n_layer, n_head=n_head,
-                      n_kv_head=n_kv_head, n_embd=n_embd, head_dim=head_dim, ffn_dim=ffn_dim,
-                      mlp=mlp, norm=norm, norm_eps=norm_eps, bias=bias,
+    n_layer = TransformerConfig.n_layer if n_layer is None else n_layer  # None: its own, 12
+    model_args = dict(vocab_size=vocab_size, block_size=block_size, n_layer=n_layer,
+                      n_head=n_head, n_kv_head=n_kv_head, n_embd=n_embd, head_dim=head_dim,
+                      ffn_dim=ffn_dim, mlp=mlp, norm=norm, norm_eps=norm_eps, bias=bias,
                       tie_embeddings=tie_embeddings, pos_encoding=pos_encoding, window=window,
                       rope_theta=rope_theta, rope_random=rope_random, rope_scaling=rope_scaling,
                       rope_factor=rope_factor, nape_slopes=nape_slopes, dropout=dropout,
@@ -238,57 +192,37 @@ if model_type == 'transformer':
                       attn_dropout=attn_dropout, attn_alpha=attn_alpha, attn_scale=attn_scale,
                       attn_backend=attn_backend)
 else:
-    model_args = dict(vocab_size=vocab_size, n_layer=n_layer, n_embd=n_embd, d_state=d_state,
-                      d_conv=d_conv, expand=expand, headdim=headdim, ngroups=ngroups,
-                      chunk_size=chunk_size, norm_eps=norm_eps, bias=bias, conv_bias=conv_bias,
-                      tie_embeddings=tie_embeddings, dt_min=dt_min, dt_max=dt_max,
-                      dropout=dropout, dropout_type=dropout_type, vpad_variant=vpad_variant,
-                      use_kernels=use_kernels)
+    from mamba import Mamba2Config  # only a Mamba2 run reads mamba.py
+    n_layer = Mamba2Config.n_layer if n_layer is None else n_layer  # None: its own, 24
+    model_args = dict(vocab_size=vocab_size, n_layer=n_layer, n_embd=n_embd,
+                      d_state=d_state, d_conv=d_conv, expand=expand, headdim=headdim,
+                      ngroups=ngroups, chunk_size=chunk_size, norm_eps=norm_eps, bias=bias,
+                      conv_bias=conv_bias, tie_embeddings=tie_embeddings, dt_min=dt_min,
+                      dt_max=dt_max, dropout=dropout, dropout_type=dropout_type,
+                      vpad_variant=vpad_variant, use_kernels=use_kernels)
 
 
-def build_model(model_type, model_args):
-    if model_type == 'transformer':
-        return Transformer(TransformerConfig(**model_args))
-    return Mamba2(Mamba2Config(**model_args))
-
-
-if init_from == 'scratch':  # the model's own checks (sizes, dropout), before out_dir is touched
+def build_model(model_type, model_args, device='cpu'):
+    """nanoGPT's GPT(GPTConfig(**model_args)), for either model; on 'meta' its shape alone."""
     try:
-        config_class(**model_args)
-    except ValueError as e:
+        with torch.device(device):
+            if model_type == 'mamba2':
+                from mamba import Mamba2, Mamba2Config  # (CPT may take a Mamba2 from its source)
+                return Mamba2(Mamba2Config(**model_args))
+            return Transformer(TransformerConfig(**model_args))
+    except ValueError as e:  # the model's own checks: sizes, positions, dropout
         raise SystemExit(f"config error: {e}")
-start_iter, ckpt, optim_state, cpt_from, skips = 0, None, None, None, []
+
+
+if init_from == 'scratch':  # those checks before out_dir is touched
+    build_model(model_type, model_args, 'meta')
 log = checkpoint.RunLog(out_dir, master, wandb_log)  # log.jsonl (and wandb)
 # one writer per out_dir, for the life of this process, from before anything in it is read (two runs
 # started together on a new folder: one of them trains); a run refused from here on leaves no trace
 lock = checkpoint.lock(out_dir) if master and not dry_run else None
-# scratch or CPT (its source may be one)
-if init_from != 'resume' and not dry_run and checkpoint.steps(out_dir):
-    raise SystemExit(f"{out_dir} already holds checkpoints of an earlier run: continue it with "
-                     f"--init_from=resume, or choose another --out_dir (or delete the folder)")
-if init_from == 'resume' and dry_run:
-    raise SystemExit("a dry run plans a new run, from scratch or for CPT: not init_from='resume'")
-if init_from == 'resume':
-    start_iter, ckpt, optim_state = checkpoint.resume_state(out_dir, sharded, say)
-    skips = ckpt.get('skips', []) + ([[start_iter, skip_steps]] if skip_steps else [])
-    cpt_from = ckpt.get('cpt_from')
-    if cpt_from:  # a CPT run: its architecture is the source's, as when it started
-        model_type = config['model_type'] = ckpt['model_type']
-        model_args = checkpoint.cpt_model_args(ckpt['model_args'], config, user_model_keys,
-                                               cpt_from)
-    checkpoint.check_resume(ckpt, model_type, model_args, out_dir, halt_at)
-    say(f"resuming {out_dir} at iteration {start_iter}")
-elif init_from != 'scratch' and dry_run:  # the source's shape alone (a folder's config.json)
-    model_type, source_args = checkpoint.source_shape(init_from)
-    config['model_type'] = model_type
-    model_args = checkpoint.cpt_model_args(source_args, config, user_model_keys, init_from)
-elif init_from != 'scratch':
-    set_type = model_type if 'model_type' in given else None  # else the checkpoint's
-    ckpt = checkpoint.cpt_source(init_from, train_data.meta['tokenizer'], set_type)
-    model_type = config['model_type'] = ckpt['model_type']
-    model_args = checkpoint.cpt_model_args(ckpt['model_args'], config, user_model_keys, init_from)
-    cpt_from = init_from
-    say(f"continued pre-training from {init_from} (step {ckpt['step']})")
+start_iter, ckpt, optim_state, cpt_from, model_type, model_args, skips = checkpoint.way_in(
+    config, model_args, given, sharded, train_data.meta.get('tokenizer'), dry_run, say)
+config['model_type'] = model_type
 config.update(model_args)  # the stored config records the model that is trained
 if init_from == 'resume':  # after a divergence: not the same batches again, unless skip_steps says
     log.check_replay(start_iter, config, 'skip_steps' in given)
@@ -296,11 +230,7 @@ if skips:
     say(f"skipping batches: from iteration {', from '.join(f'{a} the next {n}' for a, n in skips)}")
 recent = collections.deque(ckpt.get('recent_losses', []) if init_from == 'resume' else [],
                            maxlen=20)
-try:
-    with torch.device('meta'):  # its shape alone: what it needs, before anything is allocated
-        shape = build_model(model_type, model_args)
-except ValueError as e:
-    raise SystemExit(f"config error: {e}")
+shape = build_model(model_type, model_args, 'meta')  # what it needs, before anything is allocated
 memory = hardware.describe_memory(shape, batch_size, block_size, bf16,
                                   activation_checkpointing, world if sharded else 1,
                                   sharded and grad_accum > 1, None if dry_run else device,
@@ -362,51 +292,20 @@ raw_model = ddp = model
 if distributed and not sharded:
     ids = [int(os.environ['LOCAL_RANK'])] if device_type == 'cuda' else None
     model = ddp = DDP(model, device_ids=ids)
-if compile:  # after the DDP wrap, PyTorch's documented order. Dynamo's DDPOptimizer splits the
-    # graph at DDP's gradient buckets so that their all-reduce overlaps the backward (in torch 2.13
-    # it finds the DDP module from inside its forward, so the other order splits too:
-    # test_train.py checks the split)
+if compile:  # after the DDP wrap (PyTorch's order): Dynamo splits the graph at DDP's buckets so
+    # that their all-reduce overlaps the backward (test_train.py checks the split)
     say("compiling the model...")
     model = torch.compile(model)
 
 
 # -----------------------------------------------------------------------------
-# evaluation: the loss at the training length, and beyond it (lm) or by length (tasks)
+# one training step, and the checks that keep a diverged run from overwriting its last good state
 
 def all_sum(t):  # a tally summed over the processes that shared the work (identity in one process)
     if distributed:
         dist.all_reduce(t)
     return t
 
-
-@torch.no_grad()
-def evaluate():
-    """Validation loss at the training length; at eval_lengths, the per-position loss (lm) or the
-    accuracy of greedy answers (tasks): measures.py. Shared among processes."""
-    raw_model.eval()
-    # each process its share, the same number of forwards (FSDP's all run each one at once)
-    shared = dict(device=device, autocast=autocast, rank=rank, world=world, reduce=all_sum)
-    result = val_loss(raw_model, val_data, eval_iters, batch_size, block_size, seed, **shared)
-    if eval_lengths:
-        if sharded:  # the embedding and the head live outside the blocks: gathered for the cache
-            raw_model.unshard()
-        if task == 'lm':
-            result.update(position_loss(raw_model, val_data, eval_lengths, eval_windows, block_size,
-                                        **shared))
-        else:
-            result.update(task_accuracy(train_data, raw_model, eval_lengths, task_eval_samples,
-                                        seed, **shared))
-        if task == 'lm' and 'windows' not in result:
-            say(f"(no validation document is longer than {max(eval_lengths)} tokens: no "
-                f"per-position loss)")
-        if sharded:
-            raw_model.reshard()
-    raw_model.train()
-    return result
-
-
-# -----------------------------------------------------------------------------
-# one training step, and the checks that keep a diverged run from overwriting its last good state
 
 def get_lr(it):
     """The learning rate of iteration it (0-based); the last iteration runs at min_lr."""
@@ -448,27 +347,14 @@ def forward_backward(it, backward=True):
 
 
 def check_divergence(it, loss, grad_norm=0.0):
-    """Exit without saving if the weights of iteration it must not be kept: a loss or gradient that
-    is not finite, or a loss spike_threshold nats above a reference (weights blown up by a huge step
-    give a uniform output, ln(vocab), without ever reaching NaN). The reference is the lowest of the
-    recent losses; over the first 5 steps, while the loss falls fast, the first loss recorded. The
-    message names the last good checkpoint (the newest: each passed this check before it was
-    saved)."""
-    if len(recent) >= 5:
-        reference, what = min(recent), f"the lowest of the last {len(recent)}"
-    else:  # the first steps
-        reference, what = (recent[0], "the first loss") if recent else (math.inf, '')
-    if not (math.isfinite(loss) and math.isfinite(grad_norm)):
-        why = f"loss {loss}, gradient norm {grad_norm} (not finite)"
-    elif spike_threshold and loss > reference + spike_threshold:
-        why = (f"loss {loss:.4f}, {loss - reference:.2f} nats above {what} (spike_threshold = "
-               f"{spike_threshold}; 0 turns the check off)")
-    else:
-        return
-    good, how = checkpoint.after_divergence(out_dir, it)
-    say(f"stopping at iteration {it}: {why}. Nothing was saved from these weights. {how}")
-    log({'event': 'diverged', 'iter': it, 'reason': why, 'last_good': good, 'config': config})
-    sys.exit(1)
+    """Exit without saving if the weights of iteration it must not be kept (checkpoint.divergence),
+    naming the last good checkpoint: the newest, as each passed this check before it was saved."""
+    why = checkpoint.divergence(loss, grad_norm, recent, spike_threshold)
+    if why:
+        good, how = checkpoint.after_divergence(out_dir, it)
+        say(f"stopping at iteration {it}: {why}. Nothing was saved from these weights. {how}")
+        log({'event': 'diverged', 'iter': it, 'reason': why, 'last_good': good, 'config': config})
+        sys.exit(1)
 
 
 def save_checkpoint(it):
@@ -504,7 +390,9 @@ t0 = time.time()
 while True:
     last, halt = it == max_iters, 0 < halt_at == it
     if it % eval_interval == 0 or last:
-        result = evaluate()  # under "evaluation" above
+        result = evaluate(raw_model, config, batch_size, block_size, train_data, val_data, sharded,
+                          say, device=device, autocast=autocast, rank=rank, world=world,
+                          reduce=all_sum)
         say(eval_line(it, result, task))
         log({'event': 'eval', 'iter': it, **result})  # log: checkpoint.RunLog
     if last or halt:  # the weights to save have had no training forward yet: check them first

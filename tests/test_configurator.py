@@ -95,14 +95,15 @@ def test_help_lists_every_key_with_its_default_and_comment(capsys, monkeypatch):
         listed[script] = dict(line.strip()[2:].split('=', 1) for line in out.splitlines()
                               if line.startswith('  --'))
     train = listed['train.py']
-    fields = {f.name for _, cfg in checkpoint.MODELS.values() for f in dataclasses.fields(cfg)}
+    MODELS = [checkpoint.model_class(t)[1] for t in checkpoint.MODEL_TYPES]
+    fields = {f.name for cfg in MODELS for f in dataclasses.fields(cfg)}
     assert fields <= set(train) and {'wandb_log', 'tokens_per_batch', 'init_from'} <= set(train)
     assert train['dropout_type'] == (
         "'none'  # 'none', 'pre_norm' (PN-D, Eq. 6), 'pre_linear' (PL-D) or 'vpad' (VPAD)")
     # the paper's keys, written out in train.py: the models' own defaults
     for key in ('dropout', 'dropout_type', 'vpad_variant', 'attn_dropout', 'pos_encoding', 'window',
                 'attn_alpha', 'attn_scale'):
-        defaults = {f.default for _, cfg in checkpoint.MODELS.values()
+        defaults = {f.default for cfg in MODELS
                     for f in dataclasses.fields(cfg) if f.name == key}
         assert [repr(d) for d in defaults] == [train[key].split('  # ')[0]], key
     assert train['batch_size'].startswith('16  # ') and train['d_state'].startswith('128  # ')

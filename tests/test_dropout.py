@@ -9,9 +9,9 @@ import torch.nn as nn
 
 import attention
 from dropout import VPAD, Dropout, keep_mask, dropout, pre_linear, pre_norm, variance_error, vpad
-from measures import pre_norm_drift, projections, variance_mismatch
 from mamba import Mamba2, Mamba2Config
 from model import Transformer, TransformerConfig
+from tools.variance import pre_norm_drift, projections, variance_mismatch
 
 
 def tokens(n=4096, d=512, seed=0):

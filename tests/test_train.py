@@ -171,6 +171,7 @@ def test_scratch_and_cpt_refuse_to_overwrite_a_run(straight, tiny_data, tmp_path
     (['--warmup_frac=0.5', '--anneal_frac=0.6'], "warm-up plus anneal at most 1"),
     (['--n_embd=66'], "n_embd (66) must be a multiple of n_head (4), or give head_dim"),
     (['--skip_steps=2'], "skip_steps (2) skips batches of a resumed run: give --init_from=resume"),
+    (['--dry_run=True', '--init_from=resume'], "a dry run plans a new run, from scratch or for CPT"),
 ])
 def test_config_errors(tiny_data, tmp_path, args, message):
     """Refused in one line (run in this process: an exception other than SystemExit fails the

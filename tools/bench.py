@@ -40,7 +40,8 @@ if __name__ == '__main__':
     # 'train' (the regularizers), 'nanogpt', 'methods' (docs/methods.md), 'hf_mamba', 'context'
     mode = 'train'
     model_type = 'transformer'  # or 'mamba2'
-    for _f in (f for _, cfg in checkpoint.MODELS.values() for f in fields(cfg)):
+    MODELS = {t: checkpoint.model_class(t) for t in checkpoint.MODEL_TYPES}
+    for _f in (f for _, cfg in MODELS.values() for f in fields(cfg)):
         globals().setdefault(_f.name, _f.default)
         # (no annotations of its own)
         globals().setdefault('__annotations__', {}).setdefault(_f.name, _f.type)
@@ -69,7 +70,7 @@ if __name__ == '__main__':
     autocast = (torch.autocast(device.split(':')[0], dtype=torch.bfloat16) if dtype == 'bfloat16'
                 else nullcontext())
     model_args = {t: {f.name: globals()[f.name] for f in fields(cfg)}
-                  for t, (_, cfg) in checkpoint.MODELS.items()}
+                  for t, (_, cfg) in MODELS.items()}
     tokens = steps * batch_size * block_size
     header = f"{model_type}, {n_layer} layers x {n_embd}, batch {batch_size} x {block_size}, " \
              f"{device} {dtype}{', compiled' if compile else ''}; " \

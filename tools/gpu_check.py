@@ -105,7 +105,7 @@ def config(name, **dry):
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository's
     exec(open(os.path.join(root, 'configs', name)).read(), scope)
     kind = scope.get('model_type', 'transformer')
-    keys = {f for f in checkpoint.MODELS[kind][1].__dataclass_fields__}
+    keys = {f for f in checkpoint.model_class(kind)[1].__dataclass_fields__}
     args = {k: v for k, v in scope.items() if k in keys}
     args['vocab_size'] = 50304
     T, B = scope['block_size'], scope['batch_size']

@@ -1,6 +1,6 @@
 """
 The pre-activation variance mismatch of the paper's Figure 3, for a trained checkpoint
-(measures.variance_mismatch and measures.pre_norm_drift; tools/study.py uses them too).
+(tools/variance.py: variance_mismatch and pre_norm_drift, which tools/study.py uses too).
 
     python -m tools.probe_variance --ckpt=out/quickstart/ckpt_000488.pt  # its own dropout
     python -m tools.probe_variance --ckpt=out/quickstart/ckpt_000488.pt --dropout_type=pre_linear
@@ -23,7 +23,8 @@ import torch
 
 from configurator import configure
 from dropout import pre_linear
-from measures import eval_outputs, load_for_eval, pre_norm_drift, variance_mismatch
+from measures import eval_outputs, load_for_eval
+from tools.variance import pre_norm_drift, variance_mismatch
 from tokens import TokenData, batch_rng
 
 # Fig. 3, first / last 18 layers of SmolLM3-3B

@@ -67,7 +67,7 @@ python -m tools.study --parts="['cpt_niah_far']" --seeds="[1]" --out=out/study_n
 And at those checkpoints: the entropy of every head's attention by query position (the
 mechanism; transformers), the uniform average of the last 5 checkpoints of the stable phase and
 of the anneal (the paper's checkpoint averaging), and at the end of the LM runs with pre-linear
-dropout the variance-mismatch probe (measures.variance_mismatch, Figure 3).
+dropout the variance-mismatch probe (tools/variance.py, Figure 3).
 """
 
 import json
@@ -86,10 +86,10 @@ import average_ckpts
 import checkpoint
 import tasks
 from configurator import configure
-from measures import (attention_entropy, band_means, loss_curve, moving_average, variance_mismatch,
-                      write_table)
+from measures import attention_entropy, band_means, loss_curve, moving_average, write_table
 import ruler
 from tokens import TokenData, Tokenizer, batch_rng
+from tools.variance import variance_mismatch
 from tools.verdict import paired
 
 # -----------------------------------------------------------------------------
