@@ -264,14 +264,13 @@ def task_accuracy(task, model, lengths, n, seed, device, autocast=nullcontext(),
 
 
 @torch.no_grad()
-def evaluate(model, c, batch_size, block_size, train_data, val_data, sharded=False, say=print,
-             **shared):
-    """train.py's evaluation of model (c: its config; its micro-batch and training length, which
-    the config's may not be: CPT records the source's block_size): the loss at the training length
-    and, at c['eval_lengths'], the per-position loss (lm) or the accuracy of greedy
+def evaluate(model, c, batch_size, train_data, val_data, sharded=False, say=print, **shared):
+    """train.py's evaluation of model (c: its config; batch_size: its micro-batch): the loss at the
+    training length and, at c['eval_lengths'], the per-position loss (lm) or the accuracy of greedy
     answers (tasks). shared: device, autocast, rank, world, reduce; each process takes its share,
     the same number of forwards (FSDP's all run each one at once). In eval mode, then back."""
     model.eval()
+    block_size = c['block_size']  # the training length
     result = val_loss(model, val_data, c['eval_iters'], batch_size, block_size, c['seed'], **shared)
     lengths = c['eval_lengths']
     if sharded and lengths:  # the embedding and the head live outside the blocks: gathered

@@ -223,7 +223,9 @@ lock = checkpoint.lock(out_dir) if master and not dry_run else None
 start_iter, ckpt, optim_state, cpt_from, model_type, model_args, skips = checkpoint.way_in(
     config, model_args, given, sharded, train_data.meta.get('tokenizer'), dry_run, say)
 config['model_type'] = model_type
-config.update(model_args)  # the stored config records the model that is trained
+# the stored config records the model that is trained, but block_size stays the training length
+# (a CPT model keeps its source's, for learned positions and LogLen's L)
+config.update({k: v for k, v in model_args.items() if k != 'block_size'})
 if init_from == 'resume':  # after a divergence: not the same batches again, unless skip_steps says
     log.check_replay(start_iter, config, 'skip_steps' in given)
 if skips:
@@ -390,9 +392,8 @@ t0 = time.time()
 while True:
     last, halt = it == max_iters, 0 < halt_at == it
     if it % eval_interval == 0 or last:
-        result = evaluate(raw_model, config, batch_size, block_size, train_data, val_data, sharded,
-                          say, device=device, autocast=autocast, rank=rank, world=world,
-                          reduce=all_sum)
+        result = evaluate(raw_model, config, batch_size, train_data, val_data, sharded, say,
+                          device=device, autocast=autocast, rank=rank, world=world, reduce=all_sum)
         say(eval_line(it, result, task))
         log({'event': 'eval', 'iter': it, **result})  # log: checkpoint.RunLog
     if last or halt:  # the weights to save have had no training forward yet: check them first

@@ -108,6 +108,13 @@ def test_continued_pretraining_starts_from_the_weights(straight, tiny_data, tmp_
     assert (ckpt['model_args']['dropout_type'] == 'pre_linear'
             and ckpt['model_args']['dropout'] == 0.2)
     assert ckpt['model_args']['n_embd'] == 32  # the architecture comes from the checkpoint
+    # at another length: the model keeps its source's block_size, the config records the run's
+    r = run_train(*TINY, f'--data_dir={tiny_data}', f'--out_dir={tmp_path}/short',
+                  f'--init_from={source}', '--block_size=16', '--max_tokens=512')
+    assert r.returncode == 0, r.stderr
+    ckpt = checkpoint.load(checkpoint.step_path(f'{tmp_path}/short', 2))
+    assert ckpt['model_args']['block_size'] == 32 and ckpt['config']['block_size'] == 16
+    assert 'trained on 16 tokens' in r.stdout
 
 
 def test_continued_pretraining_needs_the_same_tokenizer(straight, tiny_data, tmp_path):
@@ -171,7 +178,8 @@ def test_scratch_and_cpt_refuse_to_overwrite_a_run(straight, tiny_data, tmp_path
     (['--warmup_frac=0.5', '--anneal_frac=0.6'], "warm-up plus anneal at most 1"),
     (['--n_embd=66'], "n_embd (66) must be a multiple of n_head (4), or give head_dim"),
     (['--skip_steps=2'], "skip_steps (2) skips batches of a resumed run: give --init_from=resume"),
-    (['--dry_run=True', '--init_from=resume'], "a dry run plans a new run, from scratch or for CPT"),
+    (['--dry_run=True', '--init_from=resume'],
+     "a dry run plans a new run, from scratch or for CPT"),
 ])
 def test_config_errors(tiny_data, tmp_path, args, message):
     """Refused in one line (run in this process: an exception other than SystemExit fails the
