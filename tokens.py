@@ -299,17 +299,7 @@ def training_data(c, dry_run=False, say=print):
     """train.py's data for its config c -> (train, val): a symbol task (tasks.py), both splits
     one object; or data_dir's two splits, each with a shard longer than block_size, with
     niah_mix of the training sequences NIAH-1 documents (ruler.NiahMixture; validation stays
-    language alone); or, for a dry run, what planned() knows. SystemExit says what to do, as when
-    the config's vocab_size is less than the data's."""
-    train, val = _training_data(c, dry_run, say)
-    data_vocab = train.meta.get('vocab_size', 0)  # 0: a dry run's CPT, which takes the source's
-    if c['vocab_size'] is not None and c['vocab_size'] < data_vocab:
-        raise SystemExit(f"config error: vocab_size = {c['vocab_size']} is less than the data's "
-                         f"{data_vocab} tokens: leave it unset (the data's, rounded up to 64s)")
-    return train, val
-
-
-def _training_data(c, dry_run, say):
+    language alone); or, for a dry run, what planned() knows. SystemExit says what to do."""
     scratch = c['init_from'] == 'scratch'
     if c['task'] != 'lm':
         import tasks  # the symbol tasks (docs/study.md, the paper's Copy)

@@ -164,8 +164,12 @@ if task != 'lm':  # the longest sequence, padded to
 # same micro-batch size any process count trains alike
 batch_size, grad_accum = micro_batches(tokens_per_batch, block_size, world, batch_size, say)
 max_iters = int(max_tokens // tokens_per_batch)
-if vocab_size is None:  # the data's, rounded up to a multiple of 64 (a dry run's CPT: the source's)
-    vocab_size = config['vocab_size'] = -(-train_data.meta.get('vocab_size', 0) // 64) * 64
+data_vocab = train_data.meta.get('vocab_size', 0)  # 0: a dry run's CPT, which takes the source's
+if vocab_size is None:  # the data's, rounded up to a multiple of 64
+    vocab_size = config['vocab_size'] = -(-data_vocab // 64) * 64
+if vocab_size < data_vocab:
+    raise SystemExit(f"config error: vocab_size = {vocab_size} is less than the data's "
+                     f"{data_vocab} tokens: leave it unset (the data's, rounded up to 64s)")
 say(f"{max_iters:,} iterations of {tokens_per_batch:,} tokens = {world} processes x {grad_accum} "
     f"micro-steps x {batch_size} x {block_size}")
 every = average_interval or ckpt_interval  # the averages of the last K of these weights
