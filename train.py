@@ -218,8 +218,8 @@ def build_model(model_type, model_args, device='cpu'):
         raise SystemExit(f"config error: {e}")
 
 
-if init_from == 'scratch':  # those checks before out_dir is touched
-    build_model(model_type, model_args, 'meta')
+if init_from == 'scratch':  # those checks, and its shape, before out_dir is touched
+    shape = build_model(model_type, model_args, 'meta')
 log = checkpoint.RunLog(out_dir, master, wandb_log)  # log.jsonl (and wandb)
 # one writer per out_dir, for the life of this process, from before anything in it is read (two runs
 # started together on a new folder: one of them trains); a run refused from here on leaves no trace
@@ -236,7 +236,8 @@ if skips:
     say(f"skipping batches: from iteration {', from '.join(f'{a} the next {n}' for a, n in skips)}")
 recent = collections.deque(ckpt.get('recent_losses', []) if init_from == 'resume' else [],
                            maxlen=20)
-shape = build_model(model_type, model_args, 'meta')  # what it needs, before anything is allocated
+if init_from != 'scratch':  # the checkpoint's model: what it needs, before anything is allocated
+    shape = build_model(model_type, model_args, 'meta')
 memory = hardware.describe_memory(shape, batch_size, block_size, bf16,
                                   activation_checkpointing, world if sharded else 1,
                                   sharded and grad_accum > 1, None if dry_run else device,
