@@ -179,10 +179,9 @@ class RunningAverages:
     with the optimizer state, so that a resumed run goes on summing."""
 
     def __init__(self, ks, every, max_iters):
+        # every every-th iteration and the last; K at most their number (configurator.py's check)
         marks = sorted(set(range(every, max_iters + 1, every)) | {max_iters})
-        if ks and max(ks) > len(marks):
-            raise ValueError(f"average_last = {ks}, but the run has {len(marks)} averaging steps "
-                             f"(every {every} of {max_iters}): lower average_interval or K")
+        self.every = every
         self.windows = {K: marks[-K:] for K in ks}  # K -> the steps its average takes
         self.sums = {K: None for K in ks}  # K -> name -> float32 tensor
         self.summed = -1  # the last step the sums hold
@@ -203,13 +202,14 @@ class RunningAverages:
                 'sums': {str(K): s and {n: hardware.whole(t).cpu() for n, t in s.items()}
                          for K, s in self.sums.items()}}
 
-    def load(self, saved, like, device):
+    def load(self, saved, like, device, out_dir):
         """A resumed run's sums (saved: state_dict()'s, None before averaging existed), each
-        tensor placed like its weight in `like` (a state_dict: DTensors under FSDP)."""
+        tensor placed like its weight in `like` (a state_dict: DTensors under FSDP); SystemExit
+        if this run's averages are not the saved ones."""
         saved = saved or {'windows': {}, 'sums': {}, 'step': -1}
         if {str(K): w for K, w in self.windows.items()} != saved['windows']:
-            raise ValueError(f"average_last or its steps changed (saved: "
-                             f"{saved['windows'] or 'none'})")
+            raise SystemExit(f"cannot resume {out_dir}: average_last or its steps changed (saved: "
+                             f"{saved['windows'] or 'none'}). Resume with the run's own settings")
         self.sums = {K: saved['sums'][str(K)] and {
             n: hardware.like(t.to(device, copy=True), like[n])
             for n, t in saved['sums'][str(K)].items()} for K in self.windows}

@@ -454,6 +454,9 @@ def way_in(c, model_args, given, sharded, tokenizer, dry_run=False, say=print):
             model_args = cpt_model_args(model_type, ckpt['model_args'], c, given, cpt_from)
         check_resume(ckpt, model_type, model_args, out_dir, c['halt_at'])
         say(f"resuming {out_dir} at iteration {step}")
+        if skips:
+            say(f"skipping batches: from iteration "
+                f"{', from '.join(f'{a} the next {n}' for a, n in skips)}")
         return step, ckpt, optim, cpt_from, model_type, model_args, skips
     if dry_run:  # the source's shape alone (a folder's config.json)
         model_type, source_args = source_shape(source)

@@ -193,6 +193,9 @@ TRAIN_LIMITS = {**{k: (1, None) for k in TRAIN_POSITIVE},
 def check_training(c):
     """train.py's config errors that need neither data nor a model, before anything is written."""
     check_limits(c, TRAIN_LIMITS)
+    max_iters = int(c['max_tokens'] // c['tokens_per_batch'])
+    every = c['average_interval'] or c['ckpt_interval']  # train.py's averaging steps: every
+    marks = max_iters // every + (max_iters % every > 0)  # every-th iteration, and the last
     errors = [
         (not (0 < c['learning_rate'] < 3e38 and 0 <= c['min_lr'] < 3e38),  # AdamW's float32
          f"learning_rate and min_lr must be positive and finite in float32, got "
@@ -211,6 +214,9 @@ def check_training(c):
         (c['max_tokens'] < c['tokens_per_batch'],
          f"max_tokens ({c['max_tokens']:g}) is less than one step of tokens_per_batch "
          f"({c['tokens_per_batch']}): nothing to train"),
+        (max(c['average_last'], default=0) > marks,
+         f"average_last = {c['average_last']}, but the run has {marks} averaging steps (every "
+         f"{every} of {max_iters}): lower average_interval or K"),
     ]
     for failed, message in errors:
         if failed:

@@ -205,13 +205,17 @@ PEAK_FLOPS = {'NVIDIA A100-SXM4-80GB': 312e12, 'NVIDIA A100-SXM4-40GB': 312e12,
               'NVIDIA GeForce RTX 4090': 165e12}
 
 
-def peak_flops(device):
+def peak_flops(device, say=None):
     """(name, bf16 peak) of a CUDA device from PEAK_FLOPS; the peak is None on CPU or for a GPU
-    not in the table."""
+    not in the table. With say, a CUDA device's peak said, or why there is none."""
     if not str(device).startswith('cuda'):
         return str(device), None
     name = torch.cuda.get_device_name(torch.device(device))
-    return name, PEAK_FLOPS.get(name)
+    peak = PEAK_FLOPS.get(name)
+    if say:
+        say(f"MFU against {name}'s bf16 peak of {peak / 1e12:.0f} TFLOP/s" if peak else
+            f"no MFU: {name!r} is not in hardware.PEAK_FLOPS (add its dense bf16 peak there)")
+    return name, peak
 
 
 # -----------------------------------------------------------------------------
@@ -236,6 +240,13 @@ def start(device):
         device = f"cuda:{os.environ['LOCAL_RANK']}"
         torch.cuda.set_device(device)
     return dist.get_rank(), dist.get_world_size(), device
+
+
+def all_sum(t):
+    """t summed in place over the processes that shared the work; t itself in one process."""
+    if dist.is_initialized():
+        dist.all_reduce(t)
+    return t
 
 
 def share(n, rank, world):
@@ -282,9 +293,11 @@ def optimizer_state(model, optimizer):
     return get_optimizer_state_dict(model, optimizer, options=whole)
 
 
-def load_optimizer(model, optimizer, state):
-    """Every process takes its shards of the whole state `state` (each reads the file,
-    memory-mapped)."""
+def load_optimizer(model, optimizer, state, sharded):
+    """A resumed run's optimizer state; sharded (FSDP), every process takes its shards of the whole
+    state `state` (each reads the file, memory-mapped)."""
+    if not sharded:
+        return optimizer.load_state_dict(state)
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
     set_optimizer_state_dict(model, optimizer, state,
                              options=StateDictOptions(full_state_dict=True))
@@ -299,9 +312,9 @@ def like(full, ref):
 
 
 def whole(t):
-    """A tensor, gathered whole if it is a DTensor (every process calls this)."""
-    from torch.distributed.tensor import DTensor
-    return t.full_tensor() if isinstance(t, DTensor) else t
+    """A tensor, gathered whole if it is a DTensor (every process calls this; torch.distributed's
+    tensor module is not imported for it: 1 s at the first step of every run)."""
+    return t.full_tensor() if hasattr(t, 'full_tensor') else t
 
 
 def finish():

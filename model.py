@@ -9,7 +9,7 @@ paper's regularizers inline where they act.
 - Dropout (dropout.py): pre-norm dropout (PN-D, Eq. 6) in Block.forward; pre-linear dropout
   (PL-D) or VPAD, `self.pre_linear(...)`, on the input of every projection of a block (q, k, v, o
   in Attention.forward, gate/up/down in MLP.forward), a mask of its own each call; attention
-  dropout on the attention probabilities (attention.py).
+  dropout on the attention probabilities (ops/attention.py).
 - Long inputs: a KV cache (trimmed to the window on sliding-window layers) with chunked
   prefill, for per-position losses and greedy generation that never build T x T or T x vocab.
 """
@@ -21,7 +21,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from attention import attention
+from ops.attention import attention
 from dropout import check as check_dropout, pre_linear, pre_norm
 
 

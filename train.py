@@ -6,9 +6,8 @@ Train a model from scratch, continue pre-training (CPT) from a checkpoint, or re
     python train.py configs/quickstart.py --dropout_type=pre_linear --out_dir=out/pld
 
 Every global below is a config key, set in a config file or as --key=value (configurator.py), and
-the resolved config is stored in every checkpoint. The file reads top to bottom: config, checks,
-data, model (the three ways in), optimizer, one training step, the loop (its evaluations:
-measures.evaluate).
+the resolved config is stored in every checkpoint. The file reads top to bottom: config, data,
+model (three ways in), optimizer, one training step, the loop (evaluations: measures.evaluate).
 """
 
 import collections
@@ -21,7 +20,6 @@ from contextlib import nullcontext
 from typing import Literal
 
 import torch
-import torch.distributed as dist
 import torch.utils.checkpoint
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -145,13 +143,10 @@ rank, world, device = (0, dry_run_gpus, 'cpu') if dry_run else hardware.start(de
 master = rank == 0
 sharded = (distributed or dry_run) and parallel == 'fsdp'
 device_type = 'cuda' if device.startswith('cuda') else device
-if dtype == 'auto':
-    cuda_bf16 = device_type == 'cuda' and torch.cuda.is_bf16_supported()
-    dtype = 'bfloat16' if dry_run or cuda_bf16 else 'float32'
-bf16 = dtype == 'bfloat16'
+bf16 = dtype == 'bfloat16' or dtype == 'auto' and (  # auto: bf16 where CUDA has it
+    dry_run or device_type == 'cuda' and torch.cuda.is_bf16_supported())
 autocast = torch.autocast(device_type, dtype=torch.bfloat16) if bf16 else nullcontext()
-if compile is None:
-    compile = device_type == 'cuda'
+compile = device_type == 'cuda' if compile is None else compile
 if device_type == 'cuda':
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
 say = functools.partial(print, flush=True) if master else lambda *args: None
@@ -172,18 +167,13 @@ if vocab_size < data_vocab:
                      f"{data_vocab} tokens: leave it unset (the data's, rounded up to 64s)")
 say(f"{max_iters:,} iterations of {tokens_per_batch:,} tokens = {world} processes x {grad_accum} "
     f"micro-steps x {batch_size} x {block_size}")
-every = average_interval or ckpt_interval  # the averages of the last K of these weights
-try:
-    averages = RunningAverages(average_last, every, max_iters)  # average_ckpts.py
-except ValueError as e:
-    raise SystemExit(f"config error: {e}")
-for K, w in averages.windows.items():
-    say(f"average of the last {K}: the weights of steps {w[0]} to {w[-1]}, every {every}")
+averages = RunningAverages(average_last, average_interval or ckpt_interval, max_iters)
+for K, w in averages.windows.items():  # average_ckpts.py's running sums
+    say(f"average of the last {K}: the weights of steps {w[0]} to {w[-1]}, every {averages.every}")
 
-# the model, three ways in: from scratch; resumed (weights, optimizer state, the spike check's
-# recent losses and the skipped batches, from out_dir's newest checkpoint pair); or continued
-# pre-training (the architecture and weights of init_from, this run's regularization and windows)
-# From scratch, what reaches the model (resume and CPT take the checkpoint's instead, below):
+# the model, three ways in (checkpoint.way_in): from scratch, as model_args says; resumed from
+# out_dir's newest checkpoint pair; or continued pre-training (CPT) of init_from's architecture and
+# weights with this run's regularization and windows
 if model_type == 'transformer':
     n_layer = TransformerConfig.n_layer if n_layer is None else n_layer  # None: its own, 12
     model_args = dict(vocab_size=vocab_size, block_size=block_size, n_layer=n_layer,
@@ -232,8 +222,6 @@ config['model_type'] = model_type
 config.update({k: v for k, v in model_args.items() if k != 'block_size'})
 if init_from == 'resume':  # after a divergence: not the same batches again, unless skip_steps says
     log.check_replay(start_iter, config, 'skip_steps' in given)
-if skips:
-    say(f"skipping batches: from iteration {', from '.join(f'{a} the next {n}' for a, n in skips)}")
 recent = collections.deque(ckpt.get('recent_losses', []) if init_from == 'resume' else [],
                            maxlen=20)
 if init_from != 'scratch':  # the checkpoint's model: what it needs, before anything is allocated
@@ -284,15 +272,9 @@ say(f"weight decay {weight_decay} on {len(decay)} tensors ({sum(p.numel() for p 
 optimizer = torch.optim.AdamW([{'params': decay, 'weight_decay': weight_decay},
                                {'params': no_decay, 'weight_decay': 0.0}],
                               lr=learning_rate, betas=(beta1, beta2), fused=device_type == 'cuda')
-if init_from == 'resume':
-    if sharded:  # each process takes its shards of the whole state
-        hardware.load_optimizer(model, optimizer, optim_state['optimizer'])
-    else:
-        optimizer.load_state_dict(optim_state['optimizer'])
-    try:  # the running sums (DTensors under FSDP: each process keeps its shards)
-        averages.load(optim_state.get('averages'), model.state_dict(), device)
-    except ValueError as e:
-        raise SystemExit(f"cannot resume {out_dir}: {e}. Resume with the run's own settings")
+if init_from == 'resume':  # AdamW's moments and the averages' sums (FSDP: each process its shards)
+    hardware.load_optimizer(model, optimizer, optim_state['optimizer'], sharded)
+    averages.load(optim_state.get('averages'), model.state_dict(), device, out_dir)
     del optim_state
 
 raw_model = ddp = model
@@ -307,12 +289,6 @@ if compile:  # after the DDP wrap (PyTorch's order): Dynamo splits the graph at 
 
 # -----------------------------------------------------------------------------
 # one training step, and the checks that keep a diverged run from overwriting its last good state
-
-def all_sum(t):  # a tally summed over the processes that shared the work (identity in one process)
-    if distributed:
-        dist.all_reduce(t)
-    return t
-
 
 def get_lr(it):
     """The learning rate of iteration it (0-based); the last iteration runs at min_lr."""
@@ -350,7 +326,7 @@ def forward_backward(it, backward=True):
         if backward:
             (loss / grad_accum).backward()
         loss_sum += loss.detach().float()
-    return (all_sum(loss_sum) / (grad_accum * world)).item()
+    return (hardware.all_sum(loss_sum) / (grad_accum * world)).item()
 
 
 def check_divergence(it, loss, grad_norm=0.0):
@@ -366,8 +342,7 @@ def check_divergence(it, loss, grad_norm=0.0):
 
 def save_checkpoint(it):
     """The weights of iteration it, checked by check_divergence() but not yet stepped, and the
-    optimizer state beside them (checkpoint.save_pair: atomic, the newest keep_last kept), with
-    the running sums of the averages."""
+    optimizer state with the averages' sums beside them (checkpoint.save_pair: atomic)."""
     state = hardware.model_state(raw_model) if sharded else raw_model.state_dict()  # FSDP: whole
     optim = hardware.optimizer_state(raw_model, optimizer) if sharded else optimizer.state_dict()
     sums = averages.state_dict()  # every process: gathered under FSDP
@@ -386,10 +361,7 @@ if master:  # out_dir's lock is this process's: what an interrupted write left i
         say(f"removed {name}, left by an interrupted write")
 say("config:\n" + "\n".join(f"  {k} = {v!r}" for k, v in config.items()))
 log.start(start_iter, config, wandb_project, wandb_run_name)
-gpu, peak = hardware.peak_flops(device)  # for MFU; None off CUDA
-if device_type == 'cuda':
-    say(f"MFU against {gpu}'s bf16 peak of {peak / 1e12:.0f} TFLOP/s" if peak else
-        f"no MFU: {gpu!r} is not in hardware.PEAK_FLOPS (add its dense bf16 peak there)")
+_, peak = hardware.peak_flops(device, say)  # for MFU; None off CUDA
 flops_per_iter = raw_model.flops_per_token(block_size) * tokens_per_batch
 model.train()
 it = t0_iter = start_iter
@@ -398,7 +370,8 @@ while True:
     last, halt = it == max_iters, 0 < halt_at == it
     if it % eval_interval == 0 or last:
         result = evaluate(raw_model, config, batch_size, train_data, val_data, sharded, say,
-                          device=device, autocast=autocast, rank=rank, world=world, reduce=all_sum)
+                          device=device, autocast=autocast, rank=rank, world=world,
+                          reduce=hardware.all_sum)
         say(eval_line(it, result, task))
         log({'event': 'eval', 'iter': it, **result})  # log: checkpoint.RunLog
     if last or halt:  # the weights to save have had no training forward yet: check them first
@@ -417,9 +390,7 @@ while True:
         group['lr'] = lr
     loss = forward_backward(it)
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip or math.inf)
-    if hasattr(grad_norm, 'full_tensor'):  # FSDP: a sharded tensor
-        grad_norm = grad_norm.full_tensor()
-    grad_norm = grad_norm.item()
+    grad_norm = hardware.whole(grad_norm).item()  # FSDP: a sharded tensor
     check_divergence(it, loss, grad_norm)
     averages.add(it, raw_model)
     if it > start_iter and it % ckpt_interval == 0:

@@ -10,12 +10,15 @@ import numpy as np
 import pytest
 import torch
 
-# Triton's kernels (attention_triton.py) run on the CPU, interpreted: set before they are defined
+# Triton's kernels (ops/attention_triton.py) run on the CPU, interpreted: set before they exist
 os.environ['TRITON_INTERPRET'] = '1'
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-torch.set_num_threads(2)  # and the processes tests start: runs in this process and in others
-os.environ['OMP_NUM_THREADS'] = '2'  # compute alike, on any machine
+# one thread per pytest-xdist worker (the README's -n 2 on 2 cores), two in a lone pytest; the
+# processes tests start inherit it
+THREADS = 1 if 'PYTEST_XDIST_WORKER' in os.environ else 2
+torch.set_num_threads(THREADS)
+os.environ['OMP_NUM_THREADS'] = str(THREADS)
 
 import checkpoint  # noqa: E402
 from tokens import Tokenizer, write_shard  # noqa: E402

@@ -1,8 +1,8 @@
-"""attention_triton.py's fused kernels, run by Triton's interpreter on the CPU (conftest sets
-TRITON_INTERPRET=1), against attention.py's written-out path in float64: values and gradients,
-softmax and entmax-1.5, NAPE's bias, windows, grouped-query heads, queries at 8K and 64K into the
-keys, entmax's support, and attention dropout's masks (forward against backward, keep rate,
-scale)."""
+"""ops/attention_triton.py's fused kernels, run by Triton's interpreter on the CPU (conftest
+sets TRITON_INTERPRET=1), against ops/attention.py's written-out path in float64: values and
+gradients, softmax and entmax-1.5, NAPE's bias, windows, grouped-query heads, queries at 8K and 64K
+into the keys, entmax's support, and attention dropout's masks (forward against backward, keep
+rate, scale)."""
 
 import os
 import subprocess
@@ -11,12 +11,12 @@ import sys
 import pytest
 import torch
 
-import attention
+from ops import attention
 from conftest import ROOT
 from model import alibi_slopes
 
 pytest.importorskip('triton')
-from attention_triton import fused_attention  # noqa: E402 (after conftest's TRITON_INTERPRET)
+from ops.attention_triton import fused_attention  # noqa: E402 (after TRITON_INTERPRET)
 
 B, H, HKV, D = 2, 4, 2, 16  # two query heads per key head
 SLOPES = alibi_slopes(H, 'nape')  # 1, 1/2 and two NoPE heads (slope 0)
@@ -157,7 +157,7 @@ COMPILE = """
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-import attention_triton as at
+from ops import attention_triton as at
 pointers = {**dict.fromkeys(('Q', 'K', 'V', 'O', 'DO'), '*bf16'), 'SEED': '*i64',
             **dict.fromkeys(('O2', 'S1', 'S2', 'SL', 'DELTA', 'DQ', 'DK', 'DV'), '*fp32')}
 for entmax in (False, True):

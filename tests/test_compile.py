@@ -7,9 +7,9 @@ import pytest
 import torch
 import torch._dynamo.utils
 
-import attention
+from ops import attention
 import model
-from attention import flex
+from ops.attention import flex
 from model import alibi_slopes
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-import attention
+from ops import attention
 from dropout import VPAD, Dropout, keep_mask, dropout, pre_linear, pre_norm, variance_error, vpad
 from mamba import Mamba2, Mamba2Config
 from model import Transformer, TransformerConfig

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attention import Entmax, attention, entmax_bisect
+from ops.attention import Entmax, attention, entmax_bisect
 from model import Attention, Transformer, TransformerConfig, alibi_slopes
 
 entmax = pytest.importorskip('entmax')
@@ -166,7 +166,7 @@ def test_query_slices_count_the_batch(monkeypatch):
     """The scores entmax sorts are bounded per slice, the batch included (it used to be left out:
     B x the bound at the paper's batch of 16, 4 GiB of sort indices alone); slices change
     nothing."""
-    import attention as attention_module
+    from ops import attention as attention_module
     torch.manual_seed(0)
     q, k, v = torch.randn(3, 4, 64, 8), torch.randn(3, 2, 64, 8), torch.randn(3, 2, 64, 8)
     slopes = alibi_slopes(4, 'nape')

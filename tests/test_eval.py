@@ -366,7 +366,7 @@ def test_attention_entropy_of_uniform_attention_is_log_of_the_visible_keys(monke
     """Zero queries attend uniformly: entropy log(t + 1) at query t with full attention,
     log(min(t + 1, W)) in a window of W keys; 600 positions in slices of 100 queries, so that their
     order is checked."""
-    import attention
+    from ops import attention
     monkeypatch.setattr(attention, 'SCORE_ENTRIES', 100 * 2 * 600)  # rows of B x H x Tk scores
     net = Transformer(TransformerConfig(vocab_size=64, n_layer=2, n_head=2, n_embd=16,
                                         pos_encoding=['rope', 'nope'], window=[5, 0])).eval()

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from conftest import ROOT
-from attention import attention, flex
+from ops.attention import attention, flex
 from model import (Transformer, TransformerConfig, alibi_slopes, apply_rope, rope_cos_sin,
                    rope_frequencies)
 
@@ -329,7 +329,7 @@ def test_paper_config_parameter_count_on_meta():
 def sdpa_calls_per_layer(monkeypatch, B, H, Hkv, T, hd, slopes, window, device):
     """How many SDPA calls attention() makes for one layer with attention dropout at B x T: the
     masked calls are counted, not run (autocast has no meta device), the causal ones run on meta."""
-    import attention as attention_module
+    from ops import attention as attention_module
     calls, sdpa = [], F.scaled_dot_product_attention
     monkeypatch.setattr(attention_module.F, 'scaled_dot_product_attention',
                         lambda *a, **kw: (calls.append(1), sdpa(*a, **kw))[1])
@@ -356,7 +356,7 @@ def test_masked_sdpa_slices_by_what_it_materialises(monkeypatch):
     monkeypatch.undo()
     assert sdpa_calls_per_layer(monkeypatch, 4, 16, 4, 4096, 128, None, 0, 'meta') == 1
     monkeypatch.undo()
-    import attention as attention_module
+    from ops import attention as attention_module
     # 16 rows of every sequence, 48 of the mask
     monkeypatch.setattr(attention_module, 'SCORE_ENTRIES', 3 * 4 * 16 * 64)
     assert sdpa_calls_per_layer(monkeypatch, 3, 4, 4, 64, 8, alibi_slopes(4, 'nape'), 0, 'cpu') == 4

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 import dropout
 from mamba import Mamba2, Mamba2Config
-from attention import attention
+from ops.attention import attention
 from model import Transformer, TransformerConfig
 
 P = 0.3

@@ -49,7 +49,7 @@ import checkpoint
 import dropout as dropout_py
 import hardware
 import mamba
-import attention as attention_py
+from ops import attention as attention_py
 import model as model_py
 from configurator import configure
 
@@ -238,7 +238,7 @@ def _():
     if device == 'cpu' and os.environ.get('TRITON_INTERPRET') != '1':  # read at triton's import
         return 'SKIP', 'on a CPU the kernels run only with TRITON_INTERPRET=1 set (tests set it)'
     try:
-        from attention_triton import fused_attention
+        from ops.attention_triton import fused_attention
     except ImportError:
         return 'SKIP', 'triton not importable here'
     rows, H, hd, window = (16, 4, 16, 8) if dry_run else (128, 12, 64, 2048)

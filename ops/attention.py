@@ -26,7 +26,7 @@ except ImportError:  # older torch
 fused_attention = None  # Triton's fused entmax-1.5 and attention-dropout kernels, on CUDA
 if torch.cuda.is_available():  # (triton's import costs 0.3 s, at every start of every script)
     try:
-        from attention_triton import fused_attention
+        from ops.attention_triton import fused_attention
     except ImportError:  # torch without triton
         pass
 
