@@ -9,7 +9,7 @@ A checkpoint is out_dir/ckpt_{step:06d}.pt = {model (state dict, clean keys), mo
 model_args, tokenizer (spec), step, config (the whole resolved config)}; every saved step is
 kept (checkpoint averaging, average_ckpts.py, needs the last K). The optimizer state of the two
 newest steps lives beside them in optim_{step:06d}.pt, for resume (the older one if the newer
-cannot be read). An eval script's start-up from a checkpoint is in measures.py (eval_setup).
+cannot be read). An eval script's start-up from a checkpoint is in ruler.py (eval_setup).
 """
 
 import atexit

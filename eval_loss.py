@@ -21,8 +21,8 @@ from typing import Literal
 import torch
 
 from configurator import configure
-from measures import (autocast, check_length, eval_outputs, length_bands, load_for_eval, loss_curve,
-                      moving_average)
+from measures import length_bands, loss_curve, moving_average
+from ruler import autocast, check_length, eval_outputs, load_for_eval
 from tokens import TokenData, same_tokenizer
 
 # -------------------------------------------------------------------------

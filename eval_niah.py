@@ -52,7 +52,6 @@ def heatmap(path, heat, lengths, depths, title):
 
 
 if __name__ == '__main__':
-    import measures
     from configurator import configure
 
     # -------------------------------------------------------------------------
@@ -79,13 +78,13 @@ if __name__ == '__main__':
               'depth_samples': (0, None), 'seed': (0, None), 'chunk_size': (1, None),
               'train_length': (0, None), 'sw': (0, None, [])}
     globals().update(configure(globals(), sys.argv[1:], limits=LIMITS))
-    paths, views, outs, table = measures.eval_rows(ckpt, labels, sw, window, out, table, '_niah',
+    paths, views, outs, table = ruler.eval_rows(ckpt, labels, sw, window, out, table, '_niah',
                                                    'eval_niah.py')  # checked before any sample
     several = isinstance(ckpt, list)
     name = 'RULER niah_single_1' if task == 'niah_single_1' else f"{task}, RULER's form shortened"
     title = f"NIAH-1 ({name}, {samples} samples per length, string_match_all x 100)"
     rows = []
-    for row, o, model, tokenizer, autocast, results in measures.each_row(
+    for row, o, model, tokenizer, autocast, results in ruler.each_row(
             paths, views, outs, labels, window, overrides, 'eval_niah.py', 'NIAH', max(lengths),
             overwrite, device, dtype, seed=seed, chunk_size=chunk_size,
             **({} if task == 'niah_single_1' else {'task': task}),
@@ -110,4 +109,4 @@ if __name__ == '__main__':
         print(f"wrote {o}.json, {o}.jsonl" + (f", {o}.png" if depths else ""))
         del model
     if several:
-        measures.write_table(table, rows, lengths, train_length or rows[0]['block_size'], title)
+        ruler.write_table(table, rows, lengths, train_length or rows[0]['block_size'], title)

@@ -35,7 +35,6 @@ import ruler
 
 
 if __name__ == '__main__':
-    import measures
     from configurator import configure
 
     # -------------------------------------------------------------------------
@@ -64,13 +63,13 @@ if __name__ == '__main__':
               'sw': (0, None, [])}  # configurator.check_limits
     globals().update(configure(globals(), sys.argv[1:], limits=LIMITS))
     names = ruler.task_list(tasks)
-    paths, views, outs, table = measures.eval_rows(ckpt, labels, sw, window, out, table, '_ruler',
+    paths, views, outs, table = ruler.eval_rows(ckpt, labels, sw, window, out, table, '_ruler',
                                                    'eval_ruler.py')  # checked before any sample
     data = ruler.Data(ruler.given_essay(essay), squad, hotpotqa)
     title = (f"RULER, the average over its tasks ({samples} samples per task and length; "
              f"string_match_all, QA string_match_part; x100)")
     rows = []
-    for row, o, model, tokenizer, autocast, results in measures.each_row(
+    for row, o, model, tokenizer, autocast, results in ruler.each_row(
             paths, views, outs, labels, window, overrides, 'eval_ruler.py', 'RULER', max(lengths),
             overwrite, device, dtype, seed=seed, chunk_size=chunk_size,
             **ruler.prompt_settings(names, data)):
@@ -108,4 +107,4 @@ if __name__ == '__main__':
                 f"{fewer[L]} of {ran} at {ruler.length_label(L)}" for L in lengths)
         if data.stand_in:
             title += f"; the essay tasks on a stand-in haystack, {data.stand_in}"
-        measures.write_table(table, rows, lengths, train_length or rows[0]['block_size'], title)
+        ruler.write_table(table, rows, lengths, train_length or rows[0]['block_size'], title)

@@ -1,8 +1,9 @@
 """
 RULER (Hsieh et al. 2024, NVIDIA/RULER) offline: the 13 tasks' prompts and answers, the sizing
 of a prompt to a target length with the model's own tokenizer, RULER's metrics, the small
-harness (greedy answers, resumable per-sample JSONL), and the evaluations over it that eval_niah.py
-(evaluate_niah) and eval_ruler.py (evaluate) run.
+harness (greedy answers, resumable per-sample JSONL; every eval script's start-up, its rows of
+checkpoints and its table, eval_loss.py's and tools/'s too), and the evaluations over it that
+eval_niah.py (evaluate_niah) and eval_ruler.py (evaluate) run.
 
 The templates, answer prefixes, needles, haystacks, task settings, tokens to generate, context
 layouts and sizing are those of RULER's current code (NVIDIA/RULER at c3f5e3b:
@@ -38,6 +39,9 @@ from typing import Callable, NamedTuple
 import numpy as np
 import torch
 from tqdm import tqdm
+
+import checkpoint
+import hardware
 
 NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
 NEEDLE = "One of the special magic {type_needle_v} for {key} is: {value}."
@@ -806,6 +810,187 @@ def parse(line):
 
 def length_label(n):
     return f"{n // 1024}K" if n % 1024 == 0 else str(n)
+
+
+# -----------------------------------------------------------------------------
+# Every eval script's start-up, rows and table (eval_loss.py's, tools/'s too)
+
+def load_for_eval(path, device, purpose, window=None, overrides=None):
+    """load_model for an eval script: a clear message (SystemExit) when the checkpoint cannot be
+    read or has no tokenizer (`purpose` needs the model's own). window: replaces the model's
+    sliding windows (an int for every layer, or a list), e.g. the paper's "SW" without CPT;
+    overrides: other model arguments that change no weight, e.g. YaRN (docs/methods.md)."""
+    overrides = {**(overrides or {}), **({} if window is None else {'window': window})}
+    hardware.check_device(device)
+    try:
+        model, tokenizer, ckpt = checkpoint.load_model(path, device, **overrides)
+    except TypeError as e:  # an argument the model does not have
+        raise SystemExit(f"cannot load {path} with overrides {overrides}: {e}")
+    except (OSError, RuntimeError, ValueError) as e:
+        raise SystemExit(f"cannot load {path}: {e}")
+    if tokenizer is None:
+        raise SystemExit(f"{path} has no tokenizer (tokenizer.json): {purpose} needs the model's "
+                         f"own tokenizer")
+    return model, tokenizer, ckpt
+
+
+def check_length(model, length, path):
+    """SystemExit if the model cannot take `length` tokens: learned absolute positions stop at
+    block_size."""
+    c = model.config
+    if getattr(c, 'pos_encoding', None) == 'learned' and length > c.block_size:
+        raise SystemExit(f"{path} has learned absolute positions for {c.block_size} tokens: it "
+                         f"cannot take {length}")
+
+
+def autocast(device, dtype):
+    """The eval scripts' precision: 'bfloat16' runs under autocast on the device's type, anything
+    else (float32) plain."""
+    if dtype != 'bfloat16':
+        return nullcontext()
+    return torch.autocast(device.split(':')[0], dtype=torch.bfloat16)
+
+
+def eval_setup(ckpt, device, dtype, purpose, window=None, length=None, overrides=None):
+    """The start-up every eval script shares: a SystemExit asking for --ckpt when it is empty, the
+    autocast of `dtype`, the model and its tokenizer (load_for_eval: purpose, window, overrides),
+    and, given a length, the check that the model can take it (check_length) -> (model, tokenizer,
+    checkpoint dict, autocast). device and dtype are the scripts' own (their defaults stay in
+    their config)."""
+    if not ckpt:
+        raise SystemExit("give a checkpoint: --ckpt=out/quickstart/ckpt_000488.pt (or a weights "
+                         "folder)")
+    context = autocast(device, dtype)
+    model, tokenizer, info = load_for_eval(ckpt, device, purpose, window, overrides)
+    if length is not None:
+        check_length(model, length, ckpt)
+    return model, tokenizer, info, context
+
+
+def digest(state):
+    """A fingerprint of a state dict (names, dtypes, shapes and bytes): which weights an evaluation
+    scored, so that its saved results are read back for these weights only."""
+    h = hashlib.blake2b(digest_size=12)
+    for name in sorted(state):
+        t = state[name].detach().cpu().contiguous().reshape(-1)
+        h.update(f"{name} {t.dtype} {t.numel()}".encode())
+        h.update(t.view(torch.uint8).numpy().data)
+    return h.hexdigest()
+
+
+def eval_settings(info, tool, **settings):
+    """What an eval script's predictions depend on: the weights (their digest), the tokenizer, the
+    script and its settings -> the dict ruler.Results keeps beside the results."""
+    return {'tool': tool, 'weights': digest(info['model']), 'tokenizer': info['tokenizer'],
+            **settings}
+
+
+def eval_rows(ckpt, labels, sw, window, out, table, suffix, tool):
+    """The rows of an eval script's table, checked before anything runs -> (paths, views, outs,
+    table): ckpt is one checkpoint (a row, no table) or a list; views[i]: row i takes --window
+    (the rows in sw, or all); outs: each row's output prefix (out for one checkpoint, else beside
+    it, <ckpt>_sw<suffix> for a view); table: the table's prefix (default: beside the first
+    row's)."""
+    paths = ckpt if isinstance(ckpt, list) else [ckpt] if ckpt else []
+    several = isinstance(ckpt, list)
+    wrong_labels = labels and len(labels) != len(paths)
+    if several and (out or wrong_labels or max(sw, default=0) >= len(paths)):
+        raise SystemExit(f"with {len(paths)} checkpoints: no --out (each row's results go beside "
+                         f"its checkpoint, the table to --table), a label per row if any "
+                         f"({len(labels)} given), --sw rows below {len(paths)} (given {sw})")
+    views = [window is not None and (not sw or i in sw) for i in range(len(paths))]
+    outs = [out or p.removesuffix('.pt').rstrip('/') + ('_sw' if several and w else '') + suffix
+            for p, w in zip(paths, views)]
+    table = table or (outs[0] + '_table' if several else '')
+    for o in outs:
+        eval_outputs(o, tool)
+    if table:
+        check_prefix(table, tool)
+        checkpoint.check_output(table + '.json', True, is_summary, tool)
+        checkpoint.check_output(table + '.md', True, lambda p: is_summary(table + '.json'), tool)
+    return paths or [''], views or [False], outs or [''], table
+
+
+def each_row(paths, views, outs, labels, window, overrides, tool, purpose, length, overwrite,
+             device, dtype, **settings):
+    """An eval script's rows (eval_rows), one at a time: the checkpoint loaded with its window
+    (eval_setup: purpose, length), its results file read back under its settings only
+    (ruler.Results: the script's settings, the window, overrides and dtype) -> yields (row, out,
+    model, tokenizer, autocast, results); row: 'label', 'ckpt', 'window', 'step' and
+    'block_size', for the script to give its 'score' (write_table)."""
+    for i, (path, view, out) in enumerate(zip(paths, views, outs)):
+        w = window if view else None
+        model, tokenizer, info, context = eval_setup(path, device, dtype, purpose, w, length,
+                                                     overrides)
+        kept = eval_settings(info, tool, window=w, overrides=overrides, dtype=dtype, **settings)
+        row = {'label': labels[i] if labels else row_label(path, info, view), 'ckpt': path,
+               'window': w, 'step': info['step'],
+               'block_size': info.get('config', {}).get('block_size')}
+        yield row, out, model, tokenizer, context, Results(out + '.jsonl', kept, overwrite)
+        del model  # (and the script's reference): the next row loads with this one freed
+
+
+def row_label(path, info, windowed):
+    """A table row's default name: the run's folder (a weights folder's own name), K=n for the
+    average of n checkpoints, SW for a view with --window."""
+    path = os.path.abspath(path.rstrip('/'))
+    name = os.path.basename(os.path.dirname(path) if path.endswith('.pt') else path)
+    if info.get('averaged_steps'):
+        name += f" K={len(info['averaged_steps'])}"
+    return name + (' SW' if windowed else '')
+
+
+def write_table(table, rows, lengths, train_length, title):
+    """An eval script's rows of checkpoints as the paper lays its tables out (lengths as columns,
+    the training length marked; each row's 'score' by length): printed, and written as
+    table.md and table.json (eval_niah.py, eval_ruler.py, tools/eval_helmet.py, tools/study.py)."""
+    mark = lambda L: length_label(L) + ('*' if L == train_length else '')  # noqa: E731
+    width = max(24, *(len(r['label']) + 2 for r in rows))
+    print(f"\n{title}" + ("; * the training length" if train_length in lengths else ""))
+    print(f"{'row':<{width}}" + ''.join(f"{mark(L):>8}" for L in lengths))
+    for r in rows:
+        print(f"{r['label']:<{width}}" + ''.join(f"{r['score'][L]:>8.1f}" for L in lengths))
+    md = [f"{title}" + ("; * the training length" if train_length in lengths else ""), '',
+          '| row | ' + ' | '.join(mark(L) for L in lengths) + ' |',
+          '|---' * (len(lengths) + 1) + '|']
+    md += [f"| {r['label']} | " + ' | '.join(f"{r['score'][L]:.1f}" for L in lengths) + ' |'
+           for r in rows]
+    with open(table + '.md', 'w') as f:
+        f.write('\n'.join(md) + '\n')
+    with open(table + '.json', 'w') as f:
+        json.dump({'checkpoints': [r['ckpt'] for r in rows], 'title': title, 'lengths': lengths,
+                   'train_length': train_length, 'rows': rows}, f, indent=2)
+    print(f"wrote {table}.md, {table}.json")
+
+
+def is_summary(path):
+    """Whether path is an eval script's JSON summary (its 'ckpt' or 'checkpoints' key)."""
+    try:
+        with open(path) as f:
+            found = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return isinstance(found, dict) and bool({'ckpt', 'checkpoints'} & found.keys())
+
+
+def check_prefix(out, tool):
+    """SystemExit if an output prefix names a folder: 'runs/' or '.' would write hidden files
+    (runs/.json) in it."""
+    if os.path.basename(out) in ('', '.', '..'):
+        raise SystemExit(f"{out} names a folder, but {tool} takes a prefix of files (it writes "
+                         f"<prefix>.json and more): give e.g. {os.path.join(out, 'results')}")
+
+
+def eval_outputs(out, tool, results=True, overwrite=False):
+    """check_output for an eval script's outputs, before anything is computed: out.json and out.png
+    (an earlier summary of ours is replaced: with results, the results file out.jsonl decides,
+    ruler.Results checking its settings; without, only with overwrite) and out.jsonl."""
+    check_prefix(out, tool)
+    checkpoint.check_output(out + '.json', overwrite or results, is_summary, tool)
+    checkpoint.check_output(out + '.png', overwrite or results,
+                            lambda p: is_summary(out + '.json'), tool)
+    if results:  # whose settings ruler.Results checks
+        checkpoint.check_output(out + '.jsonl', True, lambda p: True, tool)
 
 
 # -----------------------------------------------------------------------------

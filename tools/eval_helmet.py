@@ -35,7 +35,6 @@ import ruler
 
 
 if __name__ == '__main__':
-    import measures
     from configurator import configure
 
     # -------------------------------------------------------------------------
@@ -64,13 +63,13 @@ if __name__ == '__main__':
               'sw': (0, None, [])}  # configurator.check_limits
     globals().update(configure(globals(), sys.argv[1:], limits=LIMITS))
     names = helmet.task_list(tasks)
-    paths, views, outs, table = measures.eval_rows(ckpt, labels, sw, window, out, table, '_helmet',
+    paths, views, outs, table = ruler.eval_rows(ckpt, labels, sw, window, out, table, '_helmet',
                                                    'tools/eval_helmet.py')  # checked first
     data = ruler.Data(essay=ruler.given_essay(essay))
     what = (f"{samples} samples per task and length; ruler_recall, JSON KV "
             f"substring_exact_match; x100")
     rows = []
-    for row, o, model, tokenizer, autocast, results in measures.each_row(
+    for row, o, model, tokenizer, autocast, results in ruler.each_row(
             paths, views, outs, labels, window, overrides, 'tools/eval_helmet.py', 'HELMET recall',
             max(lengths), overwrite, device, dtype, seed=seed, chunk_size=chunk_size, essay=essay,
             **({'haystack': ruler.haystack(data)} if any(map(helmet.on_essay, names)) else {})):
@@ -91,5 +90,5 @@ if __name__ == '__main__':
         rows.append({**row, 'score': r['recall']})
         del model
     if isinstance(ckpt, list):
-        measures.write_table(table, rows, lengths, train_length or rows[0]['block_size'],
+        ruler.write_table(table, rows, lengths, train_length or rows[0]['block_size'],
                              f"HELMET Recall ({what})")

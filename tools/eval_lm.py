@@ -30,7 +30,7 @@ if __name__ == '__main__':
 
     import checkpoint
     from configurator import configure
-    from measures import is_summary
+    from ruler import is_summary
 
     # -------------------------------------------------------------------------
     ckpt = ''  # a checkpoint file or a weights folder

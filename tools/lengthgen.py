@@ -50,7 +50,7 @@ except ImportError:
                      "pip install lm_eval") from None
 from tqdm import tqdm
 
-import measures
+import ruler
 
 
 def encode_pair(tok, context, continuation):
@@ -130,7 +130,7 @@ class LengthGenLM(LM):
     tokenizer.
     max_length: the most tokens one forward pass sees (0: the length the checkpoint was trained at).
     dtype: 'bfloat16' runs under autocast (the eval scripts' default on CUDA), 'float32' plain.
-    window, overrides: model arguments that change no weight (measures.load_for_eval), e.g. YaRN."""
+    window, overrides: model arguments that change no weight (ruler.load_for_eval), e.g. YaRN."""
 
     def __init__(self, ckpt, device=None, batch_size=1, dtype=None, max_length=0, chunk_size=1024,
                  window=None, overrides=None, max_batch_size=None, max_gen_toks=256):
@@ -144,7 +144,7 @@ class LengthGenLM(LM):
             raise ValueError("batch_size 'auto' is not supported here: give a number")
         if dtype not in ('bfloat16', 'float32'):
             raise ValueError(f"dtype must be 'bfloat16' or 'float32', got {dtype!r}")
-        self.model, self.tok, info, self.autocast = measures.eval_setup(
+        self.model, self.tok, info, self.autocast = ruler.eval_setup(
             ckpt, device, dtype, 'lm-eval', window, overrides=overrides)
         if self.tok.spec['kind'] == 'symbols':
             raise ValueError(f"{ckpt} reads the symbols of a synthetic task, not text: "
@@ -152,7 +152,7 @@ class LengthGenLM(LM):
         trained = ((info.get('config') or {}).get('block_size')
                    or getattr(self.model.config, 'block_size', 2048))
         self.max_length = int(max_length) or trained
-        measures.check_length(self.model, self.max_length, ckpt)
+        ruler.check_length(self.model, self.max_length, ckpt)
         self.ckpt, self.step = ckpt, info.get('step')
         self.batch_size, self.chunk_size = int(batch_size), int(chunk_size)
         self.max_gen_toks, self.dtype, self._device = int(max_gen_toks), dtype, torch.device(device)

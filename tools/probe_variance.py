@@ -23,7 +23,7 @@ import torch
 
 from configurator import configure
 from dropout import pre_linear
-from measures import eval_outputs, load_for_eval
+from ruler import eval_outputs, load_for_eval
 from tools.variance import pre_norm_drift, variance_mismatch
 from tokens import TokenData, batch_rng
 

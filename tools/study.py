@@ -86,7 +86,7 @@ import average_ckpts
 import checkpoint
 import tasks
 from configurator import configure
-from measures import attention_entropy, band_means, loss_curve, moving_average, write_table
+from measures import attention_entropy, band_means, loss_curve, moving_average
 import ruler
 from tokens import TokenData, Tokenizer, batch_rng
 from tools.variance import variance_mismatch
@@ -960,9 +960,9 @@ for p in (p for p in parts if p in NIAH_PARTS):
                 rows.append({'label': NAMES[v] + (f' K={k[4:]}' if k else ''),
                              'ckpt': f'{p}/{v}' + (f'/{k}' if k else ''),
                              'score': {int(L): 100 * x['mean'] for L, x in r['niah'].items()}})
-    write_table(os.path.join(out, f'table_{p}'), rows, list(rows[0]['score']), T,
-                f"{RULES[p][3]} in small ({p}): NIAH-1 accuracy (%) by length in bytes, the mean "
-                f"of {len(seeds)} seeds; K=n: the average of the last n CPT checkpoints")
+    ruler.write_table(os.path.join(out, f'table_{p}'), rows, list(rows[0]['score']), T,
+                      f"{RULES[p][3]} in small ({p}): NIAH-1 accuracy (%) by length in bytes, the "
+                      f"mean of {len(seeds)} seeds; K=n: the average of the last n CPT checkpoints")
 
 # -----------------------------------------------------------------------------
 # 4. figures

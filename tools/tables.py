@@ -28,7 +28,7 @@ import shlex
 import sys
 
 import checkpoint
-from measures import check_prefix, is_summary
+from ruler import check_prefix, is_summary
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 K = 1024
