@@ -79,7 +79,7 @@ if __name__ == '__main__':
               'train_length': (0, None), 'sw': (0, None, [])}
     globals().update(configure(globals(), sys.argv[1:], limits=LIMITS))
     paths, views, outs, table = ruler.eval_rows(ckpt, labels, sw, window, out, table, '_niah',
-                                                   'eval_niah.py')  # checked before any sample
+                                                'eval_niah.py')  # checked before any sample
     several = isinstance(ckpt, list)
     name = 'RULER niah_single_1' if task == 'niah_single_1' else f"{task}, RULER's form shortened"
     title = f"NIAH-1 ({name}, {samples} samples per length, string_match_all x 100)"

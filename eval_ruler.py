@@ -64,7 +64,7 @@ if __name__ == '__main__':
     globals().update(configure(globals(), sys.argv[1:], limits=LIMITS))
     names = ruler.task_list(tasks)
     paths, views, outs, table = ruler.eval_rows(ckpt, labels, sw, window, out, table, '_ruler',
-                                                   'eval_ruler.py')  # checked before any sample
+                                                'eval_ruler.py')  # checked before any sample
     data = ruler.Data(ruler.given_essay(essay), squad, hotpotqa)
     title = (f"RULER, the average over its tasks ({samples} samples per task and length; "
              f"string_match_all, QA string_match_part; x100)")

@@ -813,7 +813,7 @@ def length_label(n):
 
 
 # -----------------------------------------------------------------------------
-# Every eval script's start-up, rows and table (eval_loss.py's, tools/'s too)
+# every eval script's start-up, its rows of checkpoints and its table (eval_loss.py's too)
 
 def load_for_eval(path, device, purpose, window=None, overrides=None):
     """load_model for an eval script: a clear message (SystemExit) when the checkpoint cannot be
@@ -880,7 +880,7 @@ def digest(state):
 
 def eval_settings(info, tool, **settings):
     """What an eval script's predictions depend on: the weights (their digest), the tokenizer, the
-    script and its settings -> the dict ruler.Results keeps beside the results."""
+    script and its settings -> the dict Results keeps beside the results."""
     return {'tool': tool, 'weights': digest(info['model']), 'tokenizer': info['tokenizer'],
             **settings}
 
@@ -915,7 +915,7 @@ def each_row(paths, views, outs, labels, window, overrides, tool, purpose, lengt
              device, dtype, **settings):
     """An eval script's rows (eval_rows), one at a time: the checkpoint loaded with its window
     (eval_setup: purpose, length), its results file read back under its settings only
-    (ruler.Results: the script's settings, the window, overrides and dtype) -> yields (row, out,
+    (Results: the script's settings, the window, overrides and dtype) -> yields (row, out,
     model, tokenizer, autocast, results); row: 'label', 'ckpt', 'window', 'step' and
     'block_size', for the script to give its 'score' (write_table)."""
     for i, (path, view, out) in enumerate(zip(paths, views, outs)):
@@ -984,12 +984,12 @@ def check_prefix(out, tool):
 def eval_outputs(out, tool, results=True, overwrite=False):
     """check_output for an eval script's outputs, before anything is computed: out.json and out.png
     (an earlier summary of ours is replaced: with results, the results file out.jsonl decides,
-    ruler.Results checking its settings; without, only with overwrite) and out.jsonl."""
+    Results checking its settings; without, only with overwrite) and out.jsonl."""
     check_prefix(out, tool)
     checkpoint.check_output(out + '.json', overwrite or results, is_summary, tool)
     checkpoint.check_output(out + '.png', overwrite or results,
                             lambda p: is_summary(out + '.json'), tool)
-    if results:  # whose settings ruler.Results checks
+    if results:  # whose settings Results checks
         checkpoint.check_output(out + '.jsonl', True, lambda p: True, tool)
 
 

@@ -64,7 +64,7 @@ if __name__ == '__main__':
     globals().update(configure(globals(), sys.argv[1:], limits=LIMITS))
     names = helmet.task_list(tasks)
     paths, views, outs, table = ruler.eval_rows(ckpt, labels, sw, window, out, table, '_helmet',
-                                                   'tools/eval_helmet.py')  # checked first
+                                                'tools/eval_helmet.py')  # checked first
     data = ruler.Data(essay=ruler.given_essay(essay))
     what = (f"{samples} samples per task and length; ruler_recall, JSON KV "
             f"substring_exact_match; x100")
