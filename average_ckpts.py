@@ -179,7 +179,8 @@ class RunningAverages:
     with the optimizer state, so that a resumed run goes on summing."""
 
     def __init__(self, ks, every, max_iters):
-        # every every-th iteration and the last; K at most their number (configurator.py's check)
+        # the averaging steps: each every-th iteration and the last (configurator.py checks that
+        # each K is at most their number)
         marks = sorted(set(range(every, max_iters + 1, every)) | {max_iters})
         self.every = every
         self.windows = {K: marks[-K:] for K in ks}  # K -> the steps its average takes

@@ -194,8 +194,8 @@ def check_training(c):
     """train.py's config errors that need neither data nor a model, before anything is written."""
     check_limits(c, TRAIN_LIMITS)
     max_iters = int(c['max_tokens'] // c['tokens_per_batch'])
-    every = c['average_interval'] or c['ckpt_interval']  # train.py's averaging steps: every
-    marks = max_iters // every + (max_iters % every > 0)  # every-th iteration, and the last
+    every = c['average_interval'] or c['ckpt_interval']
+    marks = max_iters // every + (max_iters % every > 0)  # averaging steps: each every-th, the last
     errors = [
         (not (0 < c['learning_rate'] < 3e38 and 0 <= c['min_lr'] < 3e38),  # AdamW's float32
          f"learning_rate and min_lr must be positive and finite in float32, got "
