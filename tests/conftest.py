@@ -96,3 +96,20 @@ def tiny_run(tiny_data, tmp_path_factory):
     r = run_train(*TINY, f'--data_dir={tiny_data}', f'--out_dir={out}')
     assert r.returncode == 0, r.stderr
     return out
+
+
+# The files with the slowest tests first, handed out two at a time (pytest-xdist's default
+# gives each worker a quarter of its share at once): the long tests start at once on both workers
+# and the short ones fill in behind them, where a long test that started last kept one worker busy
+# while the other waited.
+SLOW_FIRST = ('test_study.py', 'test_gpu_check.py', 'test_faults.py')
+
+
+def pytest_configure(config):
+    if getattr(config.option, 'maxschedchunk', 0) is None:  # under -n, unless given
+        config.option.maxschedchunk = 2
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file's order
