@@ -61,7 +61,7 @@ python -m tools.study --parts="['cpt_niah', 'cpt_niah_mamba']" --out=out/study_n
       transformer's phase 1 tokens), into 128-key windows on the RoPE layers (Mamba2: none).
       NIAH-1 accuracy and CE at 1x to 16x.
 python -m tools.study --parts="['cpt_niah_far']" --seeds="[1]" --out=out/study_niah_far
-  cpt_niah_far  Table 1 with a positive control (docs/study.md; not yet run): cpt_niah's phase 1,
+  cpt_niah_far  Table 1 with a positive control (docs/study.md): cpt_niah's phase 1,
       CPT on phase 1's mixture (NIAH-1 documents at most the training length kept), every scored
       needle beyond the window (FAR_GAP); a gate on seed 1 (gate()) before any outcome.
 And at those checkpoints: the entropy of every head's attention by query position (the
@@ -72,6 +72,7 @@ dropout the variance-mismatch probe (tools/variance.py, Figure 3).
 
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -270,6 +271,10 @@ NIAH_SAMPLES = 1 if tiny else 20  # NIAH-1 prompts per length (eval_niah.py's), 
 NIAH_TASK = 'niah_single_1_short'  # (ruler.py) scored as eval_niah.py --task=niah_single_1_short
 # the tokens an answer may take (eot ends it)
 NIAH_NEW = ruler.TOKENS_TO_GENERATE[ruler.TASKS[NIAH_TASK][0]]
+# every run's vector instructions held to AVX2 on x86 (unless set already), so that a rerun on
+# another machine matches bit for bit: on AVX-512, oneDNN's matmuls round otherwise, and a rerun of
+# cpt_niah_far's phase 1 there left the pilot's gradient norm at step 50 in its 7th digit
+PINNED = {'ONEDNN_MAX_CPU_ISA': 'AVX2', 'ATEN_CPU_CAPABILITY': 'avx2', 'MKL_CBWR': 'AVX2'}
 
 
 def run_dir(part, variant, seed):
@@ -289,7 +294,8 @@ def train(part, variant, seed, threads):
     d = run_dir(part, variant, seed)
     if os.path.exists(os.path.join(d, 'eval.json')):
         return None
-    env = {**os.environ, 'OMP_NUM_THREADS': str(threads)}
+    pinned = PINNED if platform.machine() in ('x86_64', 'AMD64') else {}
+    env = {**pinned, **os.environ, 'OMP_NUM_THREADS': str(threads)}
     os.makedirs(d, exist_ok=True)
     # a view trains nothing
     if variant not in VIEWS and not os.path.exists(os.path.join(d, 'done')):
