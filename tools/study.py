@@ -274,7 +274,8 @@ NIAH_NEW = ruler.TOKENS_TO_GENERATE[ruler.TASKS[NIAH_TASK][0]]
 # every run's vector instructions held to AVX2 on x86 (unless set already), so that a rerun on
 # another machine matches bit for bit: on AVX-512, oneDNN's matmuls round otherwise, and a rerun of
 # cpt_niah_far's phase 1 there left the pilot's gradient norm at step 50 in its 7th digit
-PINNED = {'ONEDNN_MAX_CPU_ISA': 'AVX2', 'ATEN_CPU_CAPABILITY': 'avx2', 'MKL_CBWR': 'AVX2'}
+PINNED = ({'ONEDNN_MAX_CPU_ISA': 'AVX2', 'ATEN_CPU_CAPABILITY': 'avx2', 'MKL_CBWR': 'AVX2'}
+          if platform.machine() in ('x86_64', 'AMD64') else {})
 
 
 def run_dir(part, variant, seed):
@@ -294,8 +295,7 @@ def train(part, variant, seed, threads):
     d = run_dir(part, variant, seed)
     if os.path.exists(os.path.join(d, 'eval.json')):
         return None
-    pinned = PINNED if platform.machine() in ('x86_64', 'AMD64') else {}
-    env = {**pinned, **os.environ, 'OMP_NUM_THREADS': str(threads)}
+    env = {**PINNED, **os.environ, 'OMP_NUM_THREADS': str(threads)}
     os.makedirs(d, exist_ok=True)
     # a view trains nothing
     if variant not in VIEWS and not os.path.exists(os.path.join(d, 'done')):
