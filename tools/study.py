@@ -430,6 +430,7 @@ def evaluate(part, variant, seed):
             'r': [mean(r['r'] for r in rows if r['layer'] == i) for i in layers]}
     # its wall clock, kept with it: a copy of the run folder keeps it, not the files' times
     result['eval_minutes'] = (time.time() - start) / 60
+    result['cpu'] = torch.backends.cpu.get_cpu_capability()  # the vector instructions (PINNED)
     with open(os.path.join(d, 'eval.json.tmp'), 'w') as f:
         json.dump(result, f)
     os.replace(os.path.join(d, 'eval.json.tmp'), os.path.join(d, 'eval.json'))
@@ -502,6 +503,7 @@ def derive(e):
     CE over the in-distribution CE, and the probe's mean over the first and second half of the
     layers; for tasks the accuracy beyond the training length, exact and per token."""
     e.pop('eval_minutes', None)  # a time, not a measure (run_minutes)
+    e.pop('cpu', None)  # where it ran, not a measure
     for s, m in e['steps'].items():
         if int(s) != e['final']:  # the figures draw the entropy curve of the final checkpoint only
             m.pop('entropy_curve', None)
