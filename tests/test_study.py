@@ -552,7 +552,7 @@ def test_every_claim_verdict_keeps_its_rule_floor_clause_and_premise(tmp_path):
     assert check_claims(made, P) > 0  # what the code makes now, then what the docs hold
     outcome = table_1_outcome(P)
     assert outcome == 'not testable (floor)'  # the committed runs: WD and PL-D at 0 in every seed
-    assert f'**Table 1 in small (cpt_niah)**, by the reading rules' in made
+    assert '**Table 1 in small (cpt_niah)**, by the reading rules' in made
     assert f'**{outcome}**' in made.split('**Table 1 in small (cpt_niah)**')[1].split('\n')[0]
     for results, summary in sections(text):
         parts = json.load(open(os.path.join(ROOT, 'assets', results)))['parts']
