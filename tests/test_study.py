@@ -74,13 +74,13 @@ def test_study_trains_evaluates_and_summarises(tmp_path, long_data):
     assert all(t >= 0 and e >= 0 for runs in results['minutes']['lm_sw'].values() for t, e in runs)
     # evaluation's wall clock as evaluate() kept it in eval.json (a copied run keeps it, not its
     # files' times), a time and not a measure
-    kept = json.load(open(os.path.join(out, 'lm_sw', 'pl_d', 's2', 'eval.json')))['eval_minutes']
-    assert results['minutes']['lm_sw']['pl_d'][1][1] == pytest.approx(kept, abs=0.005)
+    kept = json.load(open(os.path.join(out, 'lm_sw', 'pl_d', 's2', 'eval.json')))
+    assert results['minutes']['lm_sw']['pl_d'][1][1] == pytest.approx(kept['eval_minutes'],
+                                                                     abs=0.005)
     assert 'eval_minutes' not in P['lm_sw']['pl_d'] and 'cpu' not in P['lm_sw']['pl_d']
     # every run held to AVX2 on x86 (PINNED), so that a rerun on an AVX-512 machine matches
     if platform.machine() == 'x86_64' and torch.backends.cpu.get_cpu_capability() != 'DEFAULT':
-        assert json.load(open(os.path.join(out, 'lm_sw', 'pl_d', 's2', 'eval.json')))['cpu'] \
-            == 'AVX2'
+        assert kept['cpu'] == 'AVX2'
     assert '| lm_sw / PL-D | ' in open(os.path.join(out, 'summary.md')).read()
     evals = {v: [json.load(open(os.path.join(out, 'lm_sw', v, f's{s}', 'eval.json')))
                  for s in (1, 2)]
