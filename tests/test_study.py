@@ -445,16 +445,22 @@ def rows(summary, head):
     return out
 
 
-def premise(P, p, v, kind, cpt):
-    """Does run v of part p fail beyond its training length on this kind of measure (the
-    premise, docs/study.md)? Seeds from the JSON; the paired rule (the 95% t-interval's lower
-    bound above 0) by hand."""
+def niah_key(measure):
+    """A NIAH-1 measure's name in the summary -> its key in the JSON: 8-16x (cpt_niah) or 2x."""
+    return 'niah_far' if measure.startswith('NIAH-1 at 8-16x') else 'niah_2x'
+
+
+def premise(P, p, v, measure, cpt):
+    """Does run v of part p fail beyond its training length on this measure (the premise,
+    docs/study.md)? Seeds from the JSON; the paired rule (the 95% t-interval's lower bound above
+    0) by hand."""
+    kind = kind_of(measure)
     r, T = P[p][v], int(P[p][v]['train_length']['mean'])
     last = r['steps'][str(int(r['final']['mean']))]
     orig = P[p].get('orig', {}).get('steps', {})
     orig = orig.get(str(int(P[p]['orig']['final']['mean']))) if orig else None
     if kind == 'niah':
-        return last['niah_far']['mean'] < 0.3 * orig['niah'][str(T)]['mean']
+        return last[niah_key(measure)]['mean'] < 0.3 * orig['niah'][str(T)]['mean']
 
     def above(d):  # the mean of d over seeds lies above 0 by the paired rule (one seed: its sign)
         if len(d) == 1:
@@ -508,7 +514,7 @@ def check_claims(summary, P):
             continue
         cpt = paper.startswith(('Table 1:', 'Table 5:'))
         runs = [r for r in ('orig', 'sw') if r in P[p]] if cpt else ['no_wd']
-        shown = all(premise(P, p, r, kind_of(measure), cpt) for r in runs)
+        shown = all(premise(P, p, r, measure, cpt) for r in runs)
         assert (last == 'not shown') == (not shown), (claim, where, last)
         assert (against == 'not shown') == (not shown), (claim, where, against)
         if shown:
@@ -521,50 +527,67 @@ def check_claims(summary, P):
     return checked
 
 
-def table_1_outcome(P):
-    """Table 1 in small by the reading rules and the floor clause, from the JSON alone."""
-    last = {v: r['steps'][str(int(r['final']['mean']))] for v, r in P['cpt_niah'].items()}
-    one_x = last['orig']['niah'][str(int(P['cpt_niah']['orig']['train_length']['mean']))]['mean']
-    if not all(last[r]['niah_far']['mean'] < 0.3 * one_x for r in ('orig', 'sw')):
+def table_1_outcome(P, p, key):
+    """Table 1 in small (part p, its NIAH-1 measure key) by the reading rules and the floor
+    clause, from the JSON alone."""
+    last = {v: r['steps'][str(int(r['final']['mean']))] for v, r in P[p].items()}
+    T = str(int(P[p]['orig']['train_length']['mean']))  # 1x
+    one_x = last['orig']['niah'][T]['mean']
+    if not all(last[r][key]['mean'] < 0.3 * one_x for r in ('orig', 'sw')):
         return 'not shown'
-    wd, pl_d = last['wd']['niah_far']['seeds'], last['pl_d']['niah_far']['seeds']
+    wd, pl_d = last['wd'][key]['seeds'], last['pl_d'][key]['seeds']
     for bound, name in ((0.0, 'floor'), (1.0, 'ceiling')):
         if all(x == bound for x in (*wd, *pl_d)):
             return f'not testable ({name})'
     d = np.subtract(pl_d, wd)
     beats = mean(d) - T975[len(d) - 1] * np.std(d, ddof=1) / np.sqrt(len(d)) > 0
-    wd_fails = mean(wd) < 0.5 * last['wd']['niah'][str(256)]['mean']
+    wd_fails = mean(wd) < 0.5 * last['wd']['niah'][T]['mean']
     return 'reproduced' if beats and wd_fails else 'not reproduced'
 
 
+# Table 1's parts: part -> (the reading rules' NIAH-1 measure, the results in assets/)
+TABLE_1 = {'cpt_niah': ('niah_far', 'study_niah_results.json'),
+           'cpt_niah_far': ('niah_2x', 'study_niah_far_results.json')}
+
+
 def test_every_claim_verdict_keeps_its_rule_floor_clause_and_premise(tmp_path):
-    """docs/study-numbers.md's cpt_niah section is what --report makes now from its JSON, and in
-    every section each verdict agrees with the rule, the floor clause (both sides at 0 or 1 in
-    every seed: not testable) and the premise on the claim's own measure, recomputed here; Table
-    1's outcome in the docs is the JSON's."""
-    text = open(NUMBERS).read()
-    r = subprocess.run([sys.executable, '-m', 'tools.study',  # relative: the path is in the text
-                        '--report=assets/study_niah_results.json', f'--out={tmp_path}'],
-                       cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr[-2000:]
-    made = open(tmp_path / 'summary.md').read()
-    P = json.load(open(os.path.join(ROOT, 'assets', 'study_niah_results.json')))['parts']
-    assert check_claims(made, P) > 0  # what the code makes now, then what the docs hold
-    outcome = table_1_outcome(P)
-    assert outcome == 'not testable (floor)'  # the committed runs: WD and PL-D at 0 in every seed
-    assert '**Table 1 in small (cpt_niah)**, by the reading rules' in made
-    assert f'**{outcome}**' in made.split('**Table 1 in small (cpt_niah)**')[1].split('\n')[0]
-    for results, summary in sections(text):
+    """In every section of docs/study-numbers.md each verdict agrees with the rule, the floor
+    clause (both sides at 0 or 1 in every seed: not testable) and the premise on the claim's own
+    measure, recomputed here; Table 1's sections are what --report makes now from their JSON, and
+    Table 1's outcome, recomputed from the JSON, is the one the summary, README and docs say."""
+    found = dict(sections(open(NUMBERS).read()))
+    runs = {p: subprocess.Popen([sys.executable, '-m', 'tools.study', f'--report=assets/{results}',
+                                 f'--out={tmp_path / p}'],  # relative: the path is in the text
+                                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                text=True)
+            for p, (_, results) in TABLE_1.items()}
+    for results, summary in found.items():
         parts = json.load(open(os.path.join(ROOT, 'assets', results)))['parts']
         assert check_claims(summary, parts) > 0, results
-    found = dict((f, s) for f, s in sections(text))
-    assert found['study_niah_results.json'].rstrip('\n') == made.rstrip('\n'), \
-        'docs/study-numbers.md is stale: python -m tools.study_numbers'
+    outcomes = {}
+    for p, (key, results) in TABLE_1.items():
+        assert runs[p].wait(timeout=120) == 0, runs[p].stderr.read()[-2000:]
+        made = open(tmp_path / p / 'summary.md').read()
+        P = json.load(open(os.path.join(ROOT, 'assets', results)))['parts']
+        assert check_claims(made, P) > 0  # what the code makes now, then what the docs hold
+        outcomes[p] = table_1_outcome(P, p, key)
+        said = f'**Table 1 in small ({p})**, by the reading rules'
+        assert said in made, p
+        assert f'**{outcomes[p]}**' in made.split(said)[1].split('\n')[0], p
+        assert found[results].rstrip('\n') == made.rstrip('\n'), \
+            'docs/study-numbers.md is stale: python -m tools.study_numbers'
+    # the committed runs of cpt_niah: WD and PL-D at 0 in every seed
+    assert outcomes['cpt_niah'] == 'not testable (floor)'
     for doc in ('README.md', 'docs/study.md'):  # the prose says what the rules say
         prose = open(os.path.join(ROOT, doc)).read()
-        assert outcome in prose, doc
+        for p, outcome in outcomes.items():
+            assert f'**{outcome}**' in prose, (doc, p, outcome)
+        # a line on cpt_niah alone never reads it "not reproduced" (its rules did, before the
+        # floor clause)
         for line in (x for x in prose.splitlines() if 'cpt_niah' in x or 'By the reading' in x):
-            assert 'not reproduced' not in line.replace('read "not reproduced"', ''), (doc, line)
+            if 'cpt_niah_far' not in line:
+                assert 'not reproduced' not in line.replace('read "not reproduced"', ''), \
+                    (doc, line)
 
 
 def test_table_1_with_far_needles_reads_its_gate_first(tmp_path):

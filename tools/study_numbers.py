@@ -41,6 +41,8 @@ SECTIONS = [
      'study_cpt_results.json'),
     ('Table 1 in small: NIAH-1 after CPT into windows (cpt_niah)',
      """--parts="['cpt_niah']" --out=out/study_niah""", 'study_niah_results.json'),
+    ('Table 1 with a positive control: every needle beyond the window (cpt_niah_far)',
+     """--parts="['cpt_niah_far']" --out=out/study_niah_far""", 'study_niah_far_results.json'),
     *[(f'The methods on {what} ({p}{", docs/methods.md" if p == "methods" else ""})',
        f"""--parts="['{p}']" --out=out/study_{p}""", f'study_{p}_results.json')
       for p, what in (('methods', 'language'),
