@@ -859,6 +859,8 @@ for p in parts:
             for name, (step, avg, paper) in ((n, a) for n, a in AVERAGES.items() if n in P[p][v]):
                 last, averaged_ = P[p][v]['steps'][str(int(P[p][v][step]['mean']))], P[p][v][name]
                 x, y = get(last), get(averaged_)
+                if x is None or y is None:  # (NIAH-1 not measured there)
+                    continue
                 fit = lambda r: f" (in {fmt(r['bands']['in'])})" if lower else ''  # noqa: E731
                 lines.append(f"| checkpoint averaging helps: {avg} | {p}, {what}, {NAMES[v]} "
                              f"| NIAH-1 8K: 0.0 -> {paper} (Table 12) | its last checkpoint "
