@@ -2,7 +2,8 @@
 The measures of a trained model, shared by the scripts that report them (train.py's evaluation,
 eval_loss.py, tools/study.py): the loss at the training length, per-position cross-entropy and
 its length bands, the accuracy of a symbol task by length, and the entropy of attention by query
-position: functions of a model and its data, no files, no plots. (An eval script's start-up and
+position, and the size of the matrices weight decay acts on: functions of a model and its data,
+no files, no plots. (An eval script's start-up and
 its table: ruler.py's harness. The variance mismatch of the paper's Figure 3: tools/variance.py.)
 """
 
@@ -180,3 +181,22 @@ def attention_entropy(net, windows):
     # (H, T) each: a window's slices side by side, summed over windows
     per_layer = [sum(torch.cat(out[i:i + n], 1) for i in range(0, len(out), n)) for out in rows]
     return torch.stack(per_layer) / len(windows)  # (L, H, T)
+
+
+# -----------------------------------------------------------------------------
+# What weight decay acts on
+
+def decayed(model, decay_embeddings=False):
+    """The parameters AdamW decays (train.py's first group): the matrices, but not the embeddings
+    (unless decay_embeddings) nor those marked _no_weight_decay (Mamba2's A, D, dt bias)."""
+    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
+    return [p for p in model.parameters()
+            if p.dim() >= 2 and (decay_embeddings or id(p) not in embeddings)
+            and not getattr(p, '_no_weight_decay', False)]
+
+
+def decayed_norm(model, decay_embeddings=False):
+    """The Frobenius norm of every decayed matrix together, sqrt(sum ||W||^2): how far weight
+    decay pulled the weights in (tools/study.py, against the same run without it)."""
+    matrices = decayed(model, decay_embeddings)
+    return torch.sqrt(sum(p.detach().float().pow(2).sum() for p in matrices)).item()

@@ -27,7 +27,7 @@ import checkpoint
 import hardware
 from average_ckpts import RunningAverages
 from configurator import check_training, configure
-from measures import eval_line, evaluate, report
+from measures import decayed, eval_line, evaluate, report
 from model import Transformer, TransformerConfig
 from tokens import TRAIN, batch_rng, micro_batches, training_data
 
@@ -167,6 +167,31 @@ if vocab_size < data_vocab:
                      f"{data_vocab} tokens: leave it unset (the data's, rounded up to 64s)")
 say(f"{max_iters:,} iterations of {tokens_per_batch:,} tokens = {world} processes x {grad_accum} "
     f"micro-steps x {batch_size} x {block_size}")
+
+
+def get_lr(it):
+    """The learning rate of iteration it (0-based); the last iteration runs at min_lr."""
+    warmup = int(warmup_frac * max_iters)
+    if it < warmup:
+        return learning_rate * (it + 1) / warmup
+    if schedule == 'constant':  # SWU
+        return learning_rate
+    if schedule == 'wsd':  # SWUA: stable, then linear annealing to min_lr over the last anneal_frac
+        anneal = max(int(anneal_frac * max_iters), 1)
+        frac = (it + 1 - (max_iters - anneal)) / anneal
+        return learning_rate if frac <= 0 else learning_rate + frac * (min_lr - learning_rate)
+    frac = (it + 1 - warmup) / max(max_iters - warmup, 1)  # cosine
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * frac)) * (learning_rate - min_lr)
+
+
+# weight decay's dose: AdamW multiplies every decayed matrix by (1 - lr_t * wd) at each step, so a
+# matrix the gradient leaves alone ends at prod_t (1 - lr_t * wd) ~ exp(-sum_t lr_t * wd) of its
+# size. The sum, not wd, says how hard the decay acts: the paper's from-scratch runs (lr 6e-4,
+# 76,293 steps) sum to ~4.1, a shrink of ~98%; its SmolLM3 CPT (lr 2e-5, 953 steps) to ~0.002
+summed_decay = weight_decay * sum(get_lr(it) for it in range(max_iters))
+shrink = 1 - math.prod(1 - get_lr(it) * weight_decay for it in range(max_iters))
+say(f"weight decay {weight_decay}: summed decay sum_t lr_t * wd = {summed_decay:.4g} over "
+    f"{max_iters:,} steps; a matrix the gradient leaves alone shrinks by {100 * shrink:.3g}%")
 averages = RunningAverages(average_last, average_interval or ckpt_interval, max_iters)
 for K, w in averages.windows.items():  # average_ckpts.py's running sums
     say(f"average of the last {K}: the weights of steps {w[0]} to {w[-1]}, every {averages.every}")
@@ -261,11 +286,8 @@ say(memory)
 say(plan)
 
 # AdamW: matrices decayed; norms, biases, embeddings (and parameters marked _no_weight_decay) not
-embeddings = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
-decay, no_decay = [], []
-for name, p in model.named_parameters():
-    matrix = p.dim() >= 2 and (decay_embeddings or id(p) not in embeddings)
-    (decay if matrix and not getattr(p, '_no_weight_decay', False) else no_decay).append(p)
+decay = decayed(model, decay_embeddings)  # (measures.py)
+no_decay = [p for p in model.parameters() if id(p) not in {id(q) for q in decay}]
 say(f"weight decay {weight_decay} on {len(decay)} tensors ({sum(p.numel() for p in decay):,} "
     f"parameters); none on {len(no_decay)} tensors ({sum(p.numel() for p in no_decay):,}: norms, "
     f"biases{'' if decay_embeddings else ', embeddings'})")
@@ -289,21 +311,6 @@ if compile:  # after the DDP wrap (PyTorch's order): Dynamo splits the graph at 
 
 # -----------------------------------------------------------------------------
 # one training step, and the checks that keep a diverged run from overwriting its last good state
-
-def get_lr(it):
-    """The learning rate of iteration it (0-based); the last iteration runs at min_lr."""
-    warmup = int(warmup_frac * max_iters)
-    if it < warmup:
-        return learning_rate * (it + 1) / warmup
-    if schedule == 'constant':  # SWU
-        return learning_rate
-    if schedule == 'wsd':  # SWUA: stable, then linear annealing to min_lr over the last anneal_frac
-        anneal = max(int(anneal_frac * max_iters), 1)
-        frac = (it + 1 - (max_iters - anneal)) / anneal
-        return learning_rate if frac <= 0 else learning_rate + frac * (min_lr - learning_rate)
-    frac = (it + 1 - warmup) / max(max_iters - warmup, 1)  # cosine
-    return min_lr + 0.5 * (1.0 + math.cos(math.pi * frac)) * (learning_rate - min_lr)
-
 
 def forward_backward(it, backward=True):
     """The training loss of iteration it (the mean over micro-steps and processes), and with
@@ -351,7 +358,7 @@ def save_checkpoint(it):
         checkpoint.save_pair(out_dir, it, keep_last, optim, {
             'model': state, 'model_type': model_type, 'model_args': model_args, 'step': it,
             'tokenizer': train_data.meta['tokenizer'], 'config': config, 'cpt_from': cpt_from,
-            'recent_losses': list(recent), 'skips': skips})
+            'recent_losses': list(recent), 'skips': skips, 'summed_decay': summed_decay})
 
 
 # -----------------------------------------------------------------------------
@@ -385,7 +392,7 @@ while True:
         break
 
     # one optimizer step; the weights it starts from are checked, and then saved, before it is taken
-    lr = get_lr(it)  # under "one training step" above
+    lr = get_lr(it)  # the schedule, after the batch arithmetic
     for group in optimizer.param_groups:
         group['lr'] = lr
     loss = forward_backward(it)

@@ -65,6 +65,14 @@ python -m tools.study --parts="['cpt_niah_far']" --out=out/study_niah_far
       cpt_niah's phase 1, CPT on phase 1's mixture (NIAH-1 documents at most the training length
       kept), every scored needle beyond the window (FAR_GAP); a gate on seed 1 (gate()) before
       any outcome.
+Not in the default list (docs/study.md, its design and reading rules):
+python -m tools.study --parts="['lm_nope_dose', 'lm_nope_dose_2x']" --seeds="[1, 2, 3, 4, 5]" \
+    --out=out/study_dose
+  lm_nope_dose, lm_nope_dose_2x  weight decay at the paper's dose: lm_nope with weight decay 0,
+      0.1, 1.0 and 3.28 (summed decays 0, 0.125, 1.25 and 4.11, configs/scratch.py's), PN-D, PL-D
+      and VPAD at p = 0.1 without it; and on twice the steps no-WD, 0.5 and 1.64 (the same doses
+      at half the per-step rate). Beside the CE, the norm of the decayed matrices at each
+      checkpoint.
 And at those checkpoints: the entropy of every head's attention by query position (the
 mechanism; transformers), the uniform average of the last 5 checkpoints of the stable phase and
 of the anneal (the paper's checkpoint averaging), and at the end of the LM runs with pre-linear
@@ -88,7 +96,7 @@ import average_ckpts
 import checkpoint
 import tasks
 from configurator import configure
-from measures import attention_entropy, band_means, loss_curve, moving_average
+from measures import attention_entropy, band_means, decayed_norm, loss_curve, moving_average
 import ruler
 from tokens import TokenData, Tokenizer, batch_rng
 from tools.variance import variance_mismatch
@@ -124,11 +132,15 @@ VARIANTS = {
     'vpad_p0.2': ['--weight_decay=0.0', '--dropout_type=vpad', '--dropout=0.2'],
     # Tables 9, 10
     'attn_d': ['--weight_decay=0.0', '--dropout_type=none', '--dropout=0.0', '--attn_dropout=0.1'],
+    # weight decay at other doses (lm_nope_dose: the summed decay sum_t lr_t * wd, train.py)
+    **{f'wd{x}': [f'--weight_decay={x}', '--dropout_type=none', '--dropout=0.0']
+       for x in ('0.5', '1.0', '1.64', '3.28')},
 }
 NAMES = {'wd': 'WD', 'no_wd': 'no-WD', 'pn_d': 'PN-D', 'pl_d': 'PL-D', 'vpad': 'VPAD',
          'vpad_b': 'VPAD-B', 'pn_d_p0.05': 'PN-D p=0.05', 'pn_d_p0.2': 'PN-D p=0.2',
          'pl_d_p0.05': 'PL-D p=0.05', 'pl_d_p0.2': 'PL-D p=0.2', 'vpad_p0.2': 'VPAD p=0.2',
-         'attn_d': 'Attn-D', 'orig': 'Orig.', 'sw': 'SW, no CPT'}
+         'attn_d': 'Attn-D', 'orig': 'Orig.', 'sw': 'SW, no CPT',
+         **{f'wd{x}': f'WD {x}' for x in ('0.5', '1.0', '1.64', '3.28')}}
 CORE = ['wd', 'no_wd', 'pn_d', 'pl_d', 'vpad', 'vpad_b']
 # the field's length-generalization methods (docs/methods.md), each alone and with PL-D, none with
 # WD. Trained: randomized positions (from 8x the training length) and SSMax. DroPE: CPT of the
@@ -218,6 +230,14 @@ PARTS = {  # part -> (kind, train.py arguments, variants)
     # not in `parts` by default: does NAPE over-fit its length later? The baseline on 4x the tokens
     # (python -m tools.study --parts="['lm_nape_long']" --seeds="[1]" --out=out/study_long)
     'lm_nape_long': ('lm', LM + ['--pos_encoding=nape', '--max_tokens=11600000'], ['no_wd']),
+    # not in the default list: weight decay at the paper's dose (docs/study.md, its design and
+    # reading rules fixed before its runs). lm_nope's setting, weight decay at summed doses of 0,
+    # 0.125, 1.25 and 4.11 (configs/scratch.py's), and the dropouts without it; then the high doses
+    # again with twice the steps at half the decay, to part the dose from the per-step rate
+    'lm_nope_dose': ('lm', LM + ['--pos_encoding=nope'],
+                     ['no_wd', 'wd', 'wd1.0', 'wd3.28', 'pn_d', 'pl_d', 'vpad']),
+    'lm_nope_dose_2x': ('lm', LM + ['--pos_encoding=nope', '--max_tokens=5800000'],
+                        ['no_wd', 'wd0.5', 'wd1.64']),
     'needle_nope': ('task', NEEDLE + ['--pos_encoding=nope'], CORE[:5]),
     'needle_sw': ('task', NEEDLE + SW(2, 16), CORE[:5]),
     'lm_mamba': ('lm', LM + MAMBA, CORE[:5]),
@@ -409,10 +429,14 @@ def evaluate(part, variant, seed):
         measure = lambda entropy=True: task_measures(  # noqa: E731
             net, task, cfg['eval_lengths'], cfg['seed'])
     result = {'train_length': T, 'final': steps[-1], 'stable_end': stable_end, 'steps': {}}
+    if 'summed_decay' in ckpt:  # sum_t lr_t * wd (train.py; runs before it kept none)
+        result['summed_decay'] = ckpt['summed_decay']
     for s in tqdm(picked, desc=d, leave=False):
         net.load_state_dict(checkpoint.load_any(checkpoint.step_path(src, s))['model'])
         niah = {'niah': s == steps[-1] or not tiny} if part in NIAH_PARTS else {}
         result['steps'][str(s)] = measure(**niah)
+        # how far weight decay pulled the matrices in (against no-WD's: lm_nope_dose)
+        result['steps'][str(s)]['decayed_norm'] = decayed_norm(net)
     if part in PHASE1 and variant not in ('orig', 'sw'):
         groups = {f'avg_{K}': steps[-K:] for K in (10, 20, 30)}
     else:
