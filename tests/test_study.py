@@ -370,7 +370,8 @@ def test_report_rebuilds_the_paired_claims_from_saved_results(tmp_path):
     assert (f"{claim} WD {wd['mean']:.3f} ± {wd['std']:.3f} | "
             f"PL-D {pl_d['mean']:.3f} ± {pl_d['std']:.3f} | "
             + ' '.join(f'{x:+.3f}' for x in d)
-            + f" | {d.mean():+.3f} [{lo:+.3f}, {hi:+.3f}] | {verdict}") in summary
+            + f" | {d.mean():+.3f} [{lo:+.3f}, {hi:+.3f}], detectable {(hi - lo) / 2:.3f} "
+            f"| {verdict}") in summary
     # the premise: SW without CPT does not fail beyond the length (its CE falls beyond 1x), so the
     # claim is not shown there, whichever way the comparison goes
     assert f"{claim} not shown |" in summary and not r.stdout.startswith('0 runs')
@@ -649,3 +650,133 @@ def test_niah_geometry_prints_the_distances_the_docs_quote():
     assert lines[1].startswith('512: within 128: 8 of 20, under 128: 8;')
     for line, near in zip(lines[2:], (136, 250, 227)):
         assert f'within 128: 0 of 20, under 128: 0; nearest {near};' in line
+
+
+def dose_results(path):
+    """A results.json of both arms of lm_nope_dose made from lm_nope's 5 seeds (assets/), each WD
+    row a copy of WD with its CE 8-16x moved by a made-up amount per seed, its summed decay and the
+    norm of its decayed matrices planted: the dose section's input, with no training."""
+    saved = json.load(open(os.path.join(ROOT, 'assets', 'study_nope5_results.json')))
+    lm = saved['parts']['lm_nope']
+    step = str(int(lm['wd']['final']['mean']))
+    parts = {}
+    for p, rows_ in (('lm_nope_dose', {'no_wd': ('no_wd', 0, 1.0, 0), 'wd': ('wd', 0.125, 0.95, 0),
+                                       'wd1.0': ('wd', 1.25, 0.7, 0.05),
+                                       'wd3.28': ('wd', 4.11, 0.4, 0.2), 'pn_d': ('pn_d', 0, 1, 0),
+                                       'pl_d': ('pl_d', 0, 1, 0), 'vpad': ('vpad', 0, 1, 0)}),
+                     ('lm_nope_dose_2x', {'no_wd': ('no_wd', 0, 1.0, 0),
+                                          'wd0.5': ('wd', 1.25, 0.75, 0.02),
+                                          # one seed's decay did not act (rule 2)
+                                          'wd1.64': ('wd', 4.11, [0.5, 0.5, 0.95, 0.5, 0.5],
+                                                     0.03)})):
+        parts[p] = {}
+        for v, (src, dose, norm, shift) in rows_.items():
+            r = json.loads(json.dumps(lm[src]))
+            r['summed_decay'] = {'mean': dose, 'std': 0.0, 'seeds': [dose] * 5}
+            for s, m in r['steps'].items():
+                norms = [10 * x for x in (norm if isinstance(norm, list) else [norm] * 5)]
+                m['decayed_norm'] = {'mean': mean(norms), 'std': 0.0, 'seeds': norms}
+            far, inside = r['steps'][step]['bands']['8-16x'], r['steps'][step]['bands']['in']
+            far['seeds'] = [x + shift * (i % 3) for i, x in enumerate(far['seeds'])]
+            far['mean'] = mean(far['seeds'])
+            rise = r['steps'][step]['rise']['8-16x']
+            rise['seeds'] = [x - y for x, y in zip(far['seeds'], inside['seeds'])]
+            rise['mean'] = mean(rise['seeds'])
+            parts[p][v] = r
+    json.dump({'seeds': saved['seeds'], 'parts': parts, 'matched': {p: {} for p in parts}},
+              open(path, 'w'))
+    return parts
+
+
+def check_dose(summary, P):
+    """lm_nope_dose's reading rules 2, 3, 5 and 6 (docs/study.md) against the summary, each
+    recomputed here from the JSON: the norm ratios, WD's action at the paper's dose, the paired
+    verdict there (scipy), each seed's least-squares slope (numpy) and the dose-or-rate pairs."""
+    scipy_stats = pytest.importorskip('scipy.stats')
+    final = lambda r: r['steps'][str(int(r['final']['mean']))]  # noqa: E731
+
+    def interval(d):
+        d = np.asarray(d, dtype=float)
+        return scipy_stats.t.interval(0.95, len(d) - 1, loc=d.mean(), scale=scipy_stats.sem(d))
+    said = 0
+    for p, top in (('lm_nope_dose', 'wd3.28'), ('lm_nope_dose_2x', 'wd1.64')):
+        if p not in P:
+            continue
+        section = summary.split(f"**{p}**, weight decay's dose")[1]
+        rows_ = {r[0]: r for r in rows(section.split('\n\n**')[0], '| variant | summed decay')}
+        base = final(P[p]['no_wd'])['decayed_norm']['seeds']
+        ratios = {}
+        for v, r in P[p].items():
+            ratios[v] = np.divide(final(r)['decayed_norm']['seeds'], base)
+            name, dose, norms = rows_[NAMES[v]][:3]
+            assert float(dose) == pytest.approx(r['summed_decay']['mean'], rel=1e-3, abs=1e-9)
+            assert [float(x) for x in norms.split()] == pytest.approx(ratios[v], abs=6e-4)
+        acted = all(ratios[top] < 0.9)
+        assert (f"({NAMES[top]}, summed decay {P[p][top]['summed_decay']['mean']:.3g}): "
+                f"**{'yes' if acted else 'no'}**") in summary
+        ce = {v: np.array(final(r)['bands']['8-16x']['seeds']) for v, r in P[p].items()}
+        rise = np.array(final(P[p]['no_wd'])['rise']['8-16x']['seeds'])
+        premise = interval(rise)[0] > 0
+        lo, hi = interval(ce[top] - ce['no_wd'])
+        outcome = ('not shown' if not premise else 'not testable (the decay did not act)'
+                   if not acted else 'holds' if lo > 0 else 'reversed' if hi < 0
+                   else 'does not hold')
+        line = summary.split(f"**At the paper's dose ({p})**")[1].split('\n')[0]
+        assert line.split('**')[1].split(':')[0].split(' (every')[0] == outcome, line
+        if outcome not in ('not shown', 'not testable (the decay did not act)'):
+            assert f"[{lo:+.3f}, {hi:+.3f}], detectable {(hi - lo) / 2:.3f}" in line
+        wd_rows = [v for v in P[p] if v == 'no_wd' or v.startswith('wd')]
+        x = [P[p][v]['summed_decay']['mean'] for v in wd_rows]
+        for what, get in (('CE 8-16x', lambda r: r['bands']['8-16x']['seeds']),
+                          ('the rise', lambda r: r['rise']['8-16x']['seeds'])):
+            y = np.array([get(final(P[p][v])) for v in wd_rows])  # (doses, seeds)
+            slopes = [np.polyfit(x, y[:, s], 1)[0] for s in range(y.shape[1])]
+            lo, hi = interval(slopes)
+            sign = 'positive' if lo > 0 else 'negative' if hi < 0 else 'neither'
+            line = summary.split(f"Rule 5, {what} against the summed decay ({p}:")[1]
+            line = line.split('\n')[0]
+            assert ' '.join(f'{b:+.3f}' for b in slopes) in line, line
+            assert f'**{sign}** by the rule' in line, line
+            said += 1
+    if {'lm_nope_dose', 'lm_nope_dose_2x'} <= set(P):
+        A, B = P['lm_nope_dose'], P['lm_nope_dose_2x']
+        for a, b in (('wd1.0', 'wd0.5'), ('wd3.28', 'wd1.64')):
+            ce = lambda R, v: np.array(final(R[v])['bands']['8-16x']['seeds'])  # noqa: E731
+            d = (ce(A, a) - ce(A, 'no_wd')) - (ce(B, b) - ce(B, 'no_wd'))
+            lo, hi = interval(d)
+            verdict = 'holds' if lo > 0 else 'reversed' if hi < 0 else 'does not hold'
+            assert (f"the first minus the second {d.mean():+.3f} [{lo:+.3f}, {hi:+.3f}]: "
+                    f"{verdict}.") in summary
+            said += 1
+    return said
+
+
+NAMES = {'no_wd': 'no-WD', 'wd': 'WD', 'pn_d': 'PN-D', 'pl_d': 'PL-D', 'vpad': 'VPAD',
+         **{f'wd{x}': f'WD {x}' for x in ('0.5', '1.0', '1.64', '3.28')}}
+
+
+def test_weight_decay_dose_reads_its_rules(tmp_path):
+    """lm_nope_dose's dose section on made-up WD rows (dose_results): every figure and verdict
+    recomputed from the JSON, and a section whose numbers were edited fails the check."""
+    P = dose_results(tmp_path / 'dose.json')
+    r = subprocess.run([sys.executable, '-m', 'tools.study', f'--report={tmp_path}/dose.json',
+                        f'--out={tmp_path}/out'], cwd=ROOT, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    summary = open(tmp_path / 'out' / 'summary.md').read()
+    assert check_dose(summary, P) == 6
+    assert ("**At the paper's dose (lm_nope_dose_2x)**, by the reading rules fixed before the runs "
+            "(docs/study.md), no-WD better than WD 1.64 on CE 8-16x: **not testable (the decay did "
+            "not act)**") in summary
+    assert check_claims(summary, P) > 0
+    # the claims name each WD row's dose
+    assert ('| WD over-fits the training length: no-WD better than WD 3.28 (WD 3.28: summed '
+            'decay 4.11) | lm_nope_dose, CE 8-16x |') in summary
+    # planted: a verdict edited by hand; a dose computed without the schedule (wd x lr x steps)
+    sign = summary.split('Rule 5, ')[1].split('**')[1]
+    for edit in ((f'**{sign}** by the rule', f"**{'neither' if sign != 'neither' else 'positive'}"
+                                             f"** by the rule"),
+                 ('| 4.11 |', '| 5.67 |')):
+        assert edit[0] in summary
+        with pytest.raises(AssertionError):
+            check_dose(summary.replace(*edit, 1), P)

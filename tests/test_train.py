@@ -2,6 +2,7 @@
 
 import glob
 import json
+import math
 import os
 import subprocess
 import sys
@@ -49,6 +50,27 @@ def test_wsd_schedule(straight):
     """2 warm-up iterations, 2 stable, then the last 4 annealed linearly down to min_lr."""
     lrs = [r['lr'] for r in read_log(straight[0])]
     assert lrs == pytest.approx([1.5e-3, 3e-3, 3e-3, 3e-3, 2.325e-3, 1.65e-3, 0.975e-3, 3e-4])
+
+
+def summed_decay(stdout):
+    """train.py's printed dose of weight decay -> (summed decay, shrink in %)."""
+    line = next(x for x in stdout.splitlines() if 'summed decay' in x)
+    return float(line.split(' = ')[1].split()[0]), float(line.split('shrinks by ')[1][:-1])
+
+
+def test_weight_decay_dose_is_summed_over_the_schedule(straight):
+    """The printed dose sum_t lr_t * wd and shrink 1 - prod_t (1 - lr_t * wd) are those of the
+    learning rates the run took (its log, every step); configs/wd.py's is the paper's, ~4.1."""
+    lrs = [r['lr'] for r in read_log(straight[0])]
+    dose, shrink = summed_decay(straight[1])
+    assert dose == pytest.approx(0.1 * sum(lrs), rel=1e-3)
+    assert shrink == pytest.approx(100 * (1 - math.prod(1 - 0.1 * lr for lr in lrs)), rel=1e-2)
+    ckpt = torch.load(checkpoint.step_path(straight[0], 8), weights_only=True)
+    assert ckpt['summed_decay'] == pytest.approx(0.1 * sum(lrs))
+    r = run_train(os.path.join(ROOT, 'configs', 'wd.py'), '--dry_run=True')
+    assert r.returncode == 0, r.stderr
+    dose, shrink = summed_decay(r.stdout)
+    assert dose == pytest.approx(4.108, abs=1e-3) and shrink == pytest.approx(98.4, abs=0.1)
 
 
 @pytest.mark.parametrize('schedule,expected', [

@@ -136,11 +136,12 @@ VARIANTS = {
     **{f'wd{x}': [f'--weight_decay={x}', '--dropout_type=none', '--dropout=0.0']
        for x in ('0.5', '1.0', '1.64', '3.28')},
 }
+DOSED = ('wd0.5', 'wd1.0', 'wd1.64', 'wd3.28')
 NAMES = {'wd': 'WD', 'no_wd': 'no-WD', 'pn_d': 'PN-D', 'pl_d': 'PL-D', 'vpad': 'VPAD',
          'vpad_b': 'VPAD-B', 'pn_d_p0.05': 'PN-D p=0.05', 'pn_d_p0.2': 'PN-D p=0.2',
          'pl_d_p0.05': 'PL-D p=0.05', 'pl_d_p0.2': 'PL-D p=0.2', 'vpad_p0.2': 'VPAD p=0.2',
          'attn_d': 'Attn-D', 'orig': 'Orig.', 'sw': 'SW, no CPT',
-         **{f'wd{x}': f'WD {x}' for x in ('0.5', '1.0', '1.64', '3.28')}}
+         **{v: f'WD {v[2:]}' for v in DOSED}}
 CORE = ['wd', 'no_wd', 'pn_d', 'pl_d', 'vpad', 'vpad_b']
 # the field's length-generalization methods (docs/methods.md), each alone and with PL-D, none with
 # WD. Trained: randomized positions (from 8x the training length) and SSMax. DroPE: CPT of the
@@ -560,7 +561,9 @@ def at_fit(e, x, band):
 
 MATCHED = [('no_wd', v) for v in [*VARIANTS, *VIEWS] if v not in ('no_wd', 'sw')] + [
     ('wd', 'no_wd'), ('pn_d', 'pl_d'), ('pl_d', 'vpad'), ('vpad', 'vpad_b'),
-    *[pair for m in METHODS for pair in ((m, f'{m}_pl_d'), ('pl_d', m))]]  # (reference, run)
+    *[pair for m in METHODS for pair in ((m, f'{m}_pl_d'), ('pl_d', m))],
+    *[(v, 'no_wd') for v in DOSED], *[('wd3.28', v) for v in ('pn_d', 'pl_d', 'vpad')]]
+# (reference, run)
 
 
 def matched(runs_a, runs_b):
@@ -650,12 +653,15 @@ def at_bound(a, b, bounds):
 
 def verdict(a, b, lower_is_better, cells=True, bounds=None):
     """b against a (stats with their 'seeds') -> the cells: b better by, per seed | mean and its
-    95% t-interval | the verdict of tools/verdict.py, and 'every seed' when they all agree; or,
-    not cells, one line: the verdict, the mean and the interval. Both at a bound in every seed
-    (at_bound): 'not testable (floor)' or '(ceiling)' instead of the verdict."""
+    95% t-interval, and what the seeds could detect | the verdict of tools/verdict.py, and 'every
+    seed' when they all agree; or, not cells, one line: the verdict, the mean and the interval.
+    Both at a bound in every seed (at_bound): 'not testable (floor)' or '(ceiling)' instead of the
+    verdict. Detectable: the interval's half-width, the smallest mean gain that would have held
+    with this spread of the seeds (so a 'does not hold' is read against what could have)."""
     r = paired(a['seeds'], b['seeds'], lower_is_better)
     every = f" (every seed {'better' if r['mean'] > 0 else 'worse'})" if r['every_seed'] else ''
-    interval = f"{r['mean']:+.3f} [{r['lo']:+.3f}, {r['hi']:+.3f}]"
+    interval = f"{r['mean']:+.3f} [{r['lo']:+.3f}, {r['hi']:+.3f}]" + (
+        f", detectable {(r['hi'] - r['lo']) / 2:.3f}" if len(r['diffs']) > 1 else '')
     if at_bound(a, b, bounds):
         r['verdict'], every = f'not testable ({at_bound(a, b, bounds)})', ''
     if not cells:
@@ -726,6 +732,11 @@ SETTINGS = {'': 'p = 0.1', '_p0.05': 'p = 0.05', '_p0.2': 'p = 0.2'}
 CLAIMS = [
     ('wd', 'no_wd', 'WD over-fits the training length: no-WD better than WD',
      'Fig. 1 (from scratch)'),
+    *[(v, 'no_wd', f'WD over-fits the training length: no-WD better than {NAMES[v]}',
+       'Fig. 1 (from scratch; summed decay 4.11)') for v in DOSED],
+    # the paper's Figure 1 pair (WD against VPAD), and the other dropouts, at its dose
+    *[('wd3.28', v, f"dropout at the paper's dose of WD: {NAMES[v]} better than WD 3.28",
+       'Fig. 1: WD over-fits, VPAD mitigates') for v in ('pn_d', 'pl_d', 'vpad')],
     *[('no_wd', f'{v}{s}', f'dropout helps extrapolation: {NAMES[f"{v}{s}"]} better than no-WD',
        f'Table 11: {paper}')
       for s in SETTINGS
@@ -767,7 +778,8 @@ lines = [f"Every number: mean ± std over {len(seeds)} seeds ({', '.join(map(str
          f"baseline per seed, its mean and the 95% t-interval of the mean; the verdict *holds* "
          f"when the interval lies above 0, *reversed* when below, else *does not hold* (within the "
          f"seeds' spread); *(every seed better)* or *(every seed worse)* when all seeds agree "
-         f"(tools/verdict.py). *not testable (floor)* (or *(ceiling)*): on an accuracy, both "
+         f"(tools/verdict.py); *detectable*: the interval's half-width, the smallest mean gain "
+         f"that would have held with the seeds' spread. *not testable (floor)* (or *(ceiling)*): on an accuracy, both "
          f"sides at 0 (or 1) in every seed, so no difference could show. *not shown*: the part "
          f"does not show the claim's premise (its baseline, or for CPT Orig. and SW without CPT, "
          f"does not fail beyond the training length on the claim's own measure: `fails` in "
@@ -782,8 +794,18 @@ lines = [f"Every number: mean ± std over {len(seeds)} seeds ({', '.join(map(str
          '| claim | part, measure | paper | verdict against the final checkpoint '
          '| the strongest baseline | verdict against it |', '|---|---|---|---|---|---|']
 detail = []
-for a, b, claim, paper, *cpt in CLAIMS:  # cpt: a claim about CPT, made of the CPT parts only
+
+
+def dose(p, v):
+    """' (WD 3.28: summed decay 4.11)' for a row with weight decay whose runs kept their summed
+    decay sum_t lr_t * wd (train.py: runs since issue 73), else ''."""
+    d = P[p][v].get('summed_decay', {}).get('mean', 0)
+    return f" ({NAMES[v]}: summed decay {d:.3g})" if d else ''
+
+
+for a, b, claim_, paper, *cpt in CLAIMS:  # cpt: a claim about CPT, made of the CPT parts only
     for p in (p for p in parts if a in P[p] and b in P[p] and (p in PHASE1 or not cpt)):
+        claim = claim_ + dose(p, a) + dose(p, b)
         for what, get, lower, bounds, kind in measures(p):
             # per measure: a part that fails beyond its length on one measure may not on another
             premise = (all(fails(p, r, True, kind) for r in ('orig', 'sw') if r in P[p]) if cpt
@@ -860,7 +882,8 @@ for p in (p for p in parts if p in RULES):  # the outcome by the reading rules
     floor = (f" (WD and {NAMES[v]} both at {ACCURACY[bound == 'ceiling']:.0f} in every seed: "
              f"the measure could show no difference)" if bound else '')
     lines += ['', f"**{table} in small ({p})**, by the reading rules fixed before the runs and "
-              f"the floor clause added after them (docs/study.md): **{outcome}**{floor}. "
+              f"the floor clause (added after cpt_niah's runs, before cpt_niah_far's design: "
+              f"docs/study.md): **{outcome}**{floor}. "
               f"Premise, under 30% of Orig.'s 1x accuracy "
               f"({last['orig']['niah'][T]['mean']:.2f}): " + ', '.join(
                   f"{NAMES[r]} {last[r][key]['mean']:.2f}" for r in failing) +
@@ -898,6 +921,84 @@ for p in (p for p in parts if 'pl_d' in P[p] and 'probe_halves' in P[p]['pl_d'])
                          f"half of the layers | PL-D {(0.29, 0.37)[i]} vs VPAD "
                          f"{(0.09, 0.06)[i]} (Fig. 3) | PL-D {fmt(x)} | {NAMES[v]} {fmt(y)} "
                          f"| {verdict(x, y, True)} |")
+
+# weight decay's dose (docs/study.md, lm_nope_dose's reading rules 2, 3, 5 and 6): each row's
+# summed decay, its decayed matrices' norm against no-WD's, the slope of CE against the dose, and
+# the effect of one dose at two per-step rates
+PAPER_DOSE = {'lm_nope_dose': 'wd3.28', 'lm_nope_dose_2x': 'wd1.64'}  # summed decay 4.11
+SAME_DOSE = (('wd1.0', 'wd0.5'), ('wd3.28', 'wd1.64'))  # (lm_nope_dose's, lm_nope_dose_2x's)
+ACTED = 0.9  # rule 2: WD's norm at the end below this fraction of no-WD's in every seed
+
+
+def slope(x, y):
+    """The least-squares slope of y against x."""
+    mx, my = mean(x), mean(y)
+    return sum((a - mx) * (b - my) for a, b in zip(x, y)) / sum((a - mx) ** 2 for a in x)
+
+
+def norm_ratio(p, v):
+    """Row v's norm of the decayed matrices at the end over no-WD's, seed by seed."""
+    return [x / y for x, y in zip(final(P[p][v])['decayed_norm']['seeds'],
+                                  final(P[p]['no_wd'])['decayed_norm']['seeds'])]
+
+
+ce_far = lambda p, v: final(P[p][v])['bands']['8-16x']  # noqa: E731
+dosed = [p for p in parts if 'summed_decay' in P[p].get('no_wd', {})]
+for p in dosed:
+    lines += ['', f"**{p}**, weight decay's dose: each row's summed decay sum_t lr_t * wd "
+              "(train.py), the norm of its decayed matrices at the end over no-WD's, per seed, "
+              "and its CE at the end", '',
+              "| variant | summed decay | norm / no-WD's, per seed | CE in | CE 8-16x | rise 8-16x |",
+              '|---|---|---|---|---|---|']
+    for v in P[p]:
+        r = final(P[p][v])
+        lines.append(f"| {NAMES[v]} | {P[p][v]['summed_decay']['mean']:.3g} | "
+                     + ' '.join(f'{x:.3f}' for x in norm_ratio(p, v))
+                     + f" | {fmt(r['bands']['in'])} | {fmt(r['bands']['8-16x'])} "
+                     f"| {fmt(r['rise']['8-16x'])} |")
+    top = PAPER_DOSE.get(p)
+    if top not in P[p]:
+        continue
+    ratio = norm_ratio(p, top)
+    acted = all(x < ACTED for x in ratio)
+    lines += ['', f"Rule 2, weight decay acted at the paper's dose ({NAMES[top]}, summed decay "
+              f"{P[p][top]['summed_decay']['mean']:.3g}): **{'yes' if acted else 'no'}**: its "
+              f"norm at the end is {min(ratio):.3f} to {max(ratio):.3f} of no-WD's (the rule: "
+              f"below {ACTED} in every seed)."]
+    premise = fails(p, 'no_wd')
+    outcome = ('not shown' if not premise else 'not testable (the decay did not act)'
+               if not acted else verdict(ce_far(p, top), ce_far(p, 'no_wd'), True, False))
+    lines += ['', f"**At the paper's dose ({p})**, by the reading rules fixed before the runs "
+              f"(docs/study.md), no-WD better than {NAMES[top]} on CE 8-16x: **{outcome}**"
+              + ('.' if premise else " (no-WD's rise is not above 0 by the rule).")]
+    wd_rows = [v for v in P[p] if v in ('no_wd', 'wd', *DOSED)]  # weight decay alone
+    if len(wd_rows) < 3:
+        continue
+    x = [P[p][v]['summed_decay']['mean'] for v in wd_rows]
+    for what, get in (('CE 8-16x', lambda r: r['bands']['8-16x']),
+                      ('the rise', lambda r: r['rise']['8-16x'])):
+        ys = list(zip(*(get(final(P[p][v]))['seeds'] for v in wd_rows)))  # per seed, per dose
+        slopes = [slope(x, y) for y in ys]
+        r = paired(slopes, [0.0] * len(slopes), True)  # 'holds': the slopes' mean above 0
+        sign = {'holds': 'positive', 'reversed': 'negative'}.get(r['verdict'], 'neither')
+        lines += ['', f"Rule 5, {what} against the summed decay ({p}: "
+                  + ', '.join(f'{NAMES[v]} {d:.3g}' for v, d in zip(wd_rows, x))
+                  + "), the least-squares slope per seed: "
+                  + ' '.join(f'{b:+.3f}' for b in slopes)
+                  + f" ({sum(b > 0 for b in slopes)} of {len(slopes)} positive); mean "
+                  f"{r['mean']:+.3f} [{r['lo']:+.3f}, {r['hi']:+.3f}]: **{sign}** by the rule."]
+if {'lm_nope_dose', 'lm_nope_dose_2x'} <= set(dosed):  # rule 6: the same dose at half the rate
+    A, B = 'lm_nope_dose', 'lm_nope_dose_2x'
+    for a, b in (pair for pair in SAME_DOSE if pair[0] in P[A] and pair[1] in P[B]):
+        eff = [[x - y for x, y in zip(ce_far(p, v)['seeds'], ce_far(p, 'no_wd')['seeds'])]
+               for p, v in ((A, a), (B, b))]  # WD's effect on CE 8-16x, per seed
+        r = paired(eff[0], eff[1], True)  # d = effect at the full rate minus at half of it
+        lines += ['', f"Rule 6, the dose or the rate, summed decay "
+                  f"{P[A][a]['summed_decay']['mean']:.3g}: WD's effect on CE 8-16x (its CE minus "
+                  f"its arm's no-WD's, per seed) at lm_nope_dose's rate ({NAMES[a]}) "
+                  + ' '.join(f'{d:+.3f}' for d in eff[0]) + f", at half of it ({B}, {NAMES[b]}) "
+                  + ' '.join(f'{d:+.3f}' for d in eff[1]) + f"; the first minus the second "
+                  f"{r['mean']:+.3f} [{r['lo']:+.3f}, {r['hi']:+.3f}]: {r['verdict']}."]
 
 # the matched-fit control for every dropout variant against no-WD (the p sweep included)
 for p in (p for p in parts if PARTS[p][0] == 'lm' and 'no_wd' in P[p]):
