@@ -179,18 +179,20 @@ def machine_memory(device):
 def inference_estimate(model, length, chunk, bf16):
     """-> bytes by part of a transformer's chunked prefill of `length` tokens, then greedy decoding
     (model.generate, timing.context_times), with fused attention (flex; SDPA's causal kernels):
-    'weights' (in the compute dtype), 'cache' (every layer's keys and values; a windowed layer keeps
-    its last W - 1 as a view of the chunk's concatenation, whose storage holds W - 1 + chunk),
-    'transient' (the most held at once besides: a full layer's keys and values concatenated anew
-    while the old ones live, and the chunk's activations)."""
+    'weights' (in the compute dtype), 'cache' (every layer's keys and values: a full layer's buffer
+    of `length` positions, model.KVCache; a windowed layer keeps its last W - 1 as a view of the
+    chunk's concatenation, whose storage holds W - 1 + chunk), 'transient' (the most held at once
+    besides: a windowed layer's next concatenation while the last one lives, and the chunk's
+    activations)."""
     c, b = model.config, 2 if bf16 else 4
     hd = c.head_dim or c.n_embd // c.n_head
     per_token = 2 * (c.n_kv_head or c.n_head) * hd * b  # one layer's key and value
     held = [min(length, w - 1 + chunk) if w else length for w in c.layer_windows()]
+    joined = [h for h, w in zip(held, c.layer_windows()) if w]  # (a full layer writes in place)
     ffn = c.ffn_dim or 4 * c.n_embd
     acts = chunk * (8 * c.n_embd + 3 * ffn) * b  # residual, normed input, q/k/v/o; MLP's gate, up
     return {'weights': b * model.num_params(False), 'cache': per_token * sum(held),
-            'transient': per_token * max(held) + acts}
+            'transient': per_token * max(joined, default=0) + acts}
 
 
 # dense bf16 peak FLOP/s of a GPU (vendor data sheets, without sparsity), for MFU, by the exact name

@@ -316,8 +316,8 @@ class Mamba2(nn.Module):
             n -= self.embedding.weight.numel() * (1 if self.config.tie_embeddings else 2)
         return n
 
-    def new_cache(self):
-        return {}  # layer -> (conv inputs, SSM state)
+    def new_cache(self, length=0):
+        return {}  # layer -> (conv inputs, SSM state): of one size whatever the length
 
     def hidden(self, idx, state=None):
         """Final-norm hidden states of idx (B, T), continuing the sequence whose per-layer states

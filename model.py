@@ -149,23 +149,40 @@ def apply_rope(x, cos, sin):
 
 
 class KVCache:
-    """Keys and values of every layer for chunked prefill and decoding. Sliding-window layers
-    keep only their last W-1 positions, so a long prompt costs them O(W) memory."""
+    """Keys and values of every layer for chunked prefill and decoding, written in place. A
+    full-attention layer's go into a buffer of `length` positions (new_cache(length); without it,
+    one that doubles when full), so that a decoded token copies only its own key and value: a
+    concatenation would copy the whole cache at every token, O(T) per token at 64K. A
+    sliding-window layer keeps its last W - 1 positions and joins them to the new ones at each
+    step (an O(W) copy: bounded by the window, whatever the length)."""
 
-    def __init__(self):
+    def __init__(self, length=0):
         self.pos = 0  # number of tokens processed so far
-        self.k, self.v = {}, {}
+        self.length = length  # the full layers' buffers, in positions (0: grown as needed)
+        self.k, self.v = {}, {}  # layer -> (B, Hkv, positions held or buffered, hd)
 
     def update(self, i, k, v, window):
-        """Append k, v (B, Hkv, T, hd) to layer i; return all keys and values the new queries
-        may see, and the absolute position of the first one."""
-        k_start = self.pos  # the new keys start at the current position, after those kept before
-        if i in self.k:
-            k_start -= self.k[i].size(2)
-            k, v = torch.cat([self.k[i], k], dim=2), torch.cat([self.v[i], v], dim=2)
-        keep = min(window - 1, k.size(2)) if window else k.size(2)
-        self.k[i], self.v[i] = k[:, :, k.size(2) - keep:], v[:, :, v.size(2) - keep:]
-        return k, v, k_start
+        """Add k, v (B, Hkv, T, hd) to layer i; return all keys and values the new queries may
+        see, and the absolute position of the first one."""
+        if window:
+            k_start = self.pos  # the new keys start here, after those kept before
+            if i in self.k:
+                k_start -= self.k[i].size(2)
+                k, v = torch.cat([self.k[i], k], dim=2), torch.cat([self.v[i], v], dim=2)
+            keep = min(window - 1, k.size(2))
+            self.k[i], self.v[i] = k[:, :, k.size(2) - keep:], v[:, :, v.size(2) - keep:]
+            return k, v, k_start
+        end = self.pos + k.size(2)  # a full layer holds every position from 0
+        if i not in self.k or end > self.k[i].size(2):  # a first buffer, or one twice as large
+            size = max(end, self.length, 2 * self.k[i].size(2) if i in self.k else 0)
+            for held, new in ((self.k, k), (self.v, v)):
+                buf = new.new_empty(*new.shape[:2], size, new.size(3))  # (B, Hkv, size, hd)
+                if i in held:
+                    buf[:, :, :self.pos] = held[i][:, :, :self.pos]
+                held[i] = buf
+        self.k[i][:, :, self.pos:end] = k
+        self.v[i][:, :, self.pos:end] = v
+        return self.k[i][:, :, :end], self.v[i][:, :, :end], 0
 
 
 # -----------------------------------------------------------------------------
@@ -344,8 +361,9 @@ class Transformer(nn.Module):
                 n -= self.lm_head.weight.numel()
         return n
 
-    def new_cache(self):
-        return KVCache()
+    def new_cache(self, length=0):
+        """A KV cache for `length` positions (0: grown as needed)."""
+        return KVCache(length)
 
     def hidden(self, idx, cache=None):
         """Final-norm hidden states of idx (B, T), continuing the sequence held in cache
@@ -389,7 +407,7 @@ class Transformer(nn.Module):
     def position_losses(self, idx, targets, chunk_size=1024):
         """Cross-entropy at every position of a long input (B, T) -> (B, T), computed chunk by
         chunk through the KV cache: never T x T scores nor T x vocab logits at once."""
-        cache, out = self.new_cache(), []
+        cache, out = self.new_cache(idx.size(1)), []
         for s in range(0, idx.size(1), chunk_size):
             # (B, chunk, V)
             logits = self.lm_head(self.hidden(idx[:, s:s + chunk_size], cache)).float()
@@ -401,7 +419,7 @@ class Transformer(nn.Module):
     def generate(self, idx, max_new_tokens, eos_id=None, chunk_size=1024):
         """Greedy decoding: chunked prefill of the prompt idx (B, T) into a KV cache, then one
         token at a time. Stops early once every row has produced eos_id. -> (B, T + new)"""
-        cache = self.new_cache()
+        cache = self.new_cache(idx.size(1) + max_new_tokens)
         for s in range(0, idx.size(1), chunk_size):
             x = self.hidden(idx[:, s:s + chunk_size], cache)
         out = [idx]

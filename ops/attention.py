@@ -15,6 +15,7 @@ window, and attention_kernel() alone chooses how to compute it:
 
 import functools
 import math
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -25,10 +26,15 @@ except ImportError:  # older torch
     flex_attention = None
 fused_attention = None  # Triton's fused entmax-1.5 and attention-dropout kernels, on CUDA
 if torch.cuda.is_available():  # (triton's import costs 0.3 s, at every start of every script)
-    try:
+    try:  # Triton 3.0 or later (tl.dot's input_precision)
+        import triton
+        if int(triton.__version__.split('.')[0]) < 3:
+            raise ImportError(f"triton {triton.__version__} is older than 3.0")
         from ops.attention_triton import fused_attention
-    except ImportError:  # torch without triton
-        pass
+    except Exception as e:  # missing, too old, or broken: anything its import raises
+        warnings.warn(f"the Triton kernels are off ({type(e).__name__}: {e}): entmax-1.5 and "
+                      "attention dropout with a bias or a window take the written-out path "
+                      "(slower, more memory)", stacklevel=2)
 
 SCORE_ENTRIES = 2 ** 25  # the most scores (or mask entries) attention() materialises at once
 
@@ -93,21 +99,24 @@ def flash_rate(p):
     return 1 - min(255, max(1, round(256 * (1 - p)))) / 256
 
 
-def attention_kernel(backend, q, k, q_start, k_start, slopes, window, dropout_p, alpha):
+def attention_kernel(backend, q, k, q_start, k_start, slopes, window, dropout_p, alpha,
+                     cuda=None):
     """The one place that chooses how attention() computes: 'triton' (attention_triton.py, CUDA),
     'flex' (FlexAttention), 'flash' (SDPA's causal kernels), 'sdpa' (SDPA with an explicit mask)
     or 'manual' (the scores written out). backend 'manual' and 'sdpa' keep the unfused paths
-    (the before of docs/performance.md)."""
+    (the before of docs/performance.md). cuda: choose as on CUDA (None: where q is; the tests run
+    CUDA's choices on the CPU, the Triton kernels interpreted)."""
+    cuda = q.is_cuda if cuda is None else cuda
     # causal and nothing else
     plain = slopes is None and not window and q_start == k_start and q.size(2) == k.size(2)
     # the fused kernels take head sizes that are powers of two from 16 (a tile's dot product)
-    fusable = (fused_attention is not None and q.is_cuda and backend == 'auto'
+    fusable = (fused_attention is not None and cuda and backend == 'auto'
                and q.size(-1) in (16, 32, 64, 128, 256))
     if alpha != 1.0:  # entmax-1.5 fused with any bias, window and offset; other alphas bisect
         return 'triton' if fusable and alpha == 1.5 else 'manual'
     # auto: flex fuses ALiBi and windows on CUDA (it has no attention dropout; the config refuses
     # flex with it); attention dropout with a bias or a window goes to the Triton kernel
-    auto_flex = (q.is_cuda and (slopes is not None or window) and dropout_p == 0
+    auto_flex = (cuda and (slopes is not None or window) and dropout_p == 0
                  and flex_attention is not None)
     if backend == 'flex' or (backend == 'auto' and auto_flex):
         return 'flex'

@@ -39,15 +39,20 @@ N_ITER = 30  # the most Newton passes for tau (it stops earlier, see _entmax_tau
 
 
 @triton.jit
-def _scores(q, K, n0, stride_kn, offs_d, qpos, Tk, k_start, window, slope, sm_scale,
-            HAS_BIAS: tl.constexpr, WINDOW: tl.constexpr, PRECISION: tl.constexpr,
-            BLOCK_N: tl.constexpr):
+def _rows(X, offs, stride, offs_d, T):
+    """A tile of rows offs of X (its row stride, D columns) -> (len(offs), D); rows past T load as
+    zeros. Offsets in int64: a row offset (or X's batch and head offset, the callers') in int32
+    wraps at 2^31 elements."""
+    return tl.load(X + offs[:, None].to(tl.int64) * stride + offs_d[None, :],
+                   mask=offs[:, None] < T, other=0.0)
+
+
+@triton.jit
+def _scores(q, k, offs_n, qpos, Tk, k_start, window, slope, sm_scale,
+            HAS_BIAS: tl.constexpr, WINDOW: tl.constexpr, PRECISION: tl.constexpr):
     """The scores z = q k^T / sqrt(d) - m_h (i - j) of a tile, -inf where a key is masked:
-    q (BM, D), keys n0.. -> (BM, BN) float32."""
-    offs_n = n0 + tl.arange(0, BLOCK_N)
-    k = tl.load(K + offs_n[None, :] * stride_kn + offs_d[:, None], mask=offs_n[None, :] < Tk,
-                other=0.0)  # (D, BN)
-    s = tl.dot(q, k, input_precision=PRECISION) * sm_scale
+    q (BM, D), the keys offs_n, k (BN, D) -> (BM, BN) float32."""
+    s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * sm_scale
     dist = qpos[:, None] - (k_start + offs_n[None, :])  # (BM, BN) int32: i - j, exact
     if HAS_BIAS:
         s = s - slope * dist.to(tl.float32)
@@ -84,8 +89,9 @@ def _entmax_tau(q, K, lo, hi, stride_kn, offs_d, qpos, Tk, k_start, window, slop
     above) closes."""
     mx = tl.full((BLOCK_M,), float('-inf'), tl.float32)
     for n0 in range(lo, hi, BLOCK_N):
-        x = 0.5 * _scores(q, K, n0, stride_kn, offs_d, qpos, Tk, k_start, window, slope, sm_scale,
-                          HAS_BIAS, WINDOW, PRECISION, BLOCK_N)
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        x = 0.5 * _scores(q, _rows(K, offs_n, stride_kn, offs_d, Tk), offs_n, qpos, Tk, k_start,
+                          window, slope, sm_scale, HAS_BIAS, WINDOW, PRECISION)
         mx = tl.maximum(mx, tl.max(x, 1))
     mx = tl.where(mx == float('-inf'), 0.0, mx)  # a row past the queries' end
     low = mx - 1.0  # the max's own entry gives sum >= 1 here
@@ -98,8 +104,9 @@ def _entmax_tau(q, K, lo, hi, stride_kn, offs_d, qpos, Tk, k_start, window, slop
         s1 = tl.zeros((BLOCK_M,), tl.float32)
         s2 = tl.zeros((BLOCK_M,), tl.float32)
         for n0 in range(lo, hi, BLOCK_N):
-            x = 0.5 * _scores(q, K, n0, stride_kn, offs_d, qpos, Tk, k_start, window, slope,
-                              sm_scale, HAS_BIAS, WINDOW, PRECISION, BLOCK_N)
+            offs_n = n0 + tl.arange(0, BLOCK_N)
+            x = 0.5 * _scores(q, _rows(K, offs_n, stride_kn, offs_d, Tk), offs_n, qpos, Tk,
+                              k_start, window, slope, sm_scale, HAS_BIAS, WINDOW, PRECISION)
             d = tl.maximum(x - low[:, None], 0.0)
             n += tl.sum((d > 0).to(tl.float32), 1)
             s1 += tl.sum(d, 1)
@@ -127,13 +134,12 @@ def _fwd(Q, K, V, SL, SEED, O, O2, S1, S2,
     """One tile of queries: O (and O2, entmax) (BM, D); the row statistics the backward needs,
     softmax: S1 = log-sum-exp; entmax: S1 = tau, S2 = sum_j [x - tau]_+^2 (1 up to rounding)."""
     m0 = tl.program_id(0) * BLOCK_M
-    bh = tl.program_id(1)
+    bh = tl.program_id(1).to(tl.int64)  # (int64: so are the offsets made from b and h)
     b, h = bh // H, bh % H
     offs_m = m0 + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, D)
     qpos = q_start + offs_m
-    q = tl.load(Q + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :],
-                mask=offs_m[:, None] < Tq, other=0.0)  # (BM, D)
+    q = _rows(Q + b * stride_qb + h * stride_qh, offs_m, stride_qm, offs_d, Tq)  # (BM, D)
     K = K + b * stride_kb + (h // GROUP) * stride_kh
     V = V + b * stride_vb + (h // GROUP) * stride_vh
     slope = tl.load(SL + h) if HAS_BIAS else 0.0
@@ -150,10 +156,9 @@ def _fwd(Q, K, V, SL, SEED, O, O2, S1, S2,
     acc = tl.zeros((BLOCK_M, D), tl.float32)
     for n0 in range(lo, hi, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
-        s = _scores(q, K, n0, stride_kn, offs_d, qpos, Tk, k_start, window, slope, sm_scale,
-                    HAS_BIAS, WINDOW, PRECISION, BLOCK_N)
-        v = tl.load(V + offs_n[:, None] * stride_vn + offs_d[None, :], mask=offs_n[:, None] < Tk,
-                    other=0.0)  # (BN, D)
+        s = _scores(q, _rows(K, offs_n, stride_kn, offs_d, Tk), offs_n, qpos, Tk, k_start, window,
+                    slope, sm_scale, HAS_BIAS, WINDOW, PRECISION)
+        v = _rows(V, offs_n, stride_vn, offs_d, Tk)  # (BN, D)
         if ENTMAX:
             w = tl.maximum(0.5 * s - tau[:, None], 0.0)  # p^(1/2), unnormalised
             p = w * w
@@ -177,7 +182,7 @@ def _fwd(Q, K, V, SL, SEED, O, O2, S1, S2,
             acc2 += tl.dot(w.to(v.dtype), v, input_precision=PRECISION)
     scale = 1.0 / (1.0 - p_drop) if DROPOUT else 1.0
     l_safe = tl.where(l_i > 0, l_i, 1.0)
-    row = bh.to(tl.int64) * Tq + offs_m
+    row = bh * Tq + offs_m
     out = row[:, None] * D + offs_d[None, :]
     tl.store(O + out, acc * (scale / l_safe)[:, None], mask=offs_m[:, None] < Tq)
     if ENTMAX:
@@ -214,11 +219,9 @@ def _query_rows(Q, DO, S1, S2, DELTA, b, h, bh, offs_m, offs_d, stride_qb, strid
     """A tile of queries with what their backward needs: q and dO (BM, D), the forward's row
     statistics and delta (BM,); rows past the queries' end load as zeros."""
     in_q = offs_m < Tq
-    q = tl.load(Q + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :],
-                mask=in_q[:, None], other=0.0)
-    do = tl.load(DO + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_om
-                 + offs_d[None, :], mask=in_q[:, None], other=0.0)
-    row = bh.to(tl.int64) * Tq + offs_m
+    q = _rows(Q + b * stride_qb + h * stride_qh, offs_m, stride_qm, offs_d, Tq)
+    do = _rows(DO + b * stride_ob + h * stride_oh, offs_m, stride_om, offs_d, Tq)
+    row = bh * Tq + offs_m
     s1 = tl.load(S1 + row, mask=in_q, other=0.0)
     s2 = tl.load(S2 + row, mask=in_q, other=1.0) if ENTMAX else s1
     delta = tl.load(DELTA + row, mask=in_q, other=0.0)
@@ -235,16 +238,14 @@ def _bwd_dkdv(Q, K, V, SL, SEED, DO, S1, S2, DELTA, DK, DV,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """One tile of keys: dK, dV (BN, D), summed over the query heads that share it (GQA)."""
     n0 = tl.program_id(0) * BLOCK_N
-    bkv = tl.program_id(1)
+    bkv = tl.program_id(1).to(tl.int64)
     Hkv = H // GROUP
     b, hkv = bkv // Hkv, bkv % Hkv
     offs_n = n0 + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, D)
-    K = K + b * stride_kb + hkv * stride_kh
-    k = tl.load(K + offs_n[:, None] * stride_kn + offs_d[None, :], mask=offs_n[:, None] < Tk,
-                other=0.0)  # (BN, D)
-    v = tl.load(V + b * stride_vb + hkv * stride_vh + offs_n[:, None] * stride_vn
-                + offs_d[None, :], mask=offs_n[:, None] < Tk, other=0.0)  # (BN, D)
+    # this program's keys and values, loaded once for every query tile and head of the group
+    k = _rows(K + b * stride_kb + hkv * stride_kh, offs_n, stride_kn, offs_d, Tk)  # (BN, D)
+    v = _rows(V + b * stride_vb + hkv * stride_vh, offs_n, stride_vn, offs_d, Tk)  # (BN, D)
     seed = tl.load(SEED) if DROPOUT else 0
     dk = tl.zeros((BLOCK_N, D), tl.float32)
     dv = tl.zeros((BLOCK_N, D), tl.float32)
@@ -261,15 +262,15 @@ def _bwd_dkdv(Q, K, V, SL, SEED, DO, S1, S2, DELTA, DK, DV,
             q, do, s1, s2, delta = _query_rows(  # (BM, D) twice, (BM,) thrice
                 Q, DO, S1, S2, DELTA, b, h, bh, offs_m, offs_d, stride_qb, stride_qh, stride_qm,
                 stride_ob, stride_oh, stride_om, Tq, ENTMAX)
-            s = _scores(q, K, n0, stride_kn, offs_d, q_start + offs_m, Tk, k_start, window,
-                        slope, sm_scale, HAS_BIAS, WINDOW, PRECISION, BLOCK_N)
+            s = _scores(q, k, offs_n, q_start + offs_m, Tk, k_start, window, slope, sm_scale,
+                        HAS_BIAS, WINDOW, PRECISION)
             s = tl.where(offs_m[:, None] < Tq, s, float('-inf'))  # rows past the end: no part
             keep = _keep(seed, bh, offs_m, offs_n, Tq, Tk, p_drop) if DROPOUT else s > 0
             dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)  # (BM, BN)
             p, ds = _ds(s, dp, s1, s2, delta, keep, p_drop, ENTMAX, DROPOUT)
             dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PRECISION)
             dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PRECISION)
-    out = (bkv.to(tl.int64) * Tk + offs_n[:, None]) * D + offs_d[None, :]
+    out = (bkv * Tk + offs_n[:, None]) * D + offs_d[None, :]
     tl.store(DK + out, dk * sm_scale, mask=offs_n[:, None] < Tk)
     tl.store(DV + out, dv, mask=offs_n[:, None] < Tk)
 
@@ -284,7 +285,7 @@ def _bwd_dq(Q, K, V, SL, SEED, DO, S1, S2, DELTA, DQ,
             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """One tile of queries: dQ (BM, D)."""
     m0 = tl.program_id(0) * BLOCK_M
-    bh = tl.program_id(1)
+    bh = tl.program_id(1).to(tl.int64)
     b, h = bh // H, bh % H
     offs_m = m0 + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, D)
@@ -299,17 +300,15 @@ def _bwd_dq(Q, K, V, SL, SEED, DO, S1, S2, DELTA, DQ,
     lo, hi = _key_range(m0, q_start, k_start, Tk, window, WINDOW, BLOCK_M, BLOCK_N)
     for n0 in range(lo, hi, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
-        s = _scores(q, K, n0, stride_kn, offs_d, q_start + offs_m, Tk, k_start, window, slope,
-                    sm_scale, HAS_BIAS, WINDOW, PRECISION, BLOCK_N)
-        k = tl.load(K + offs_n[:, None] * stride_kn + offs_d[None, :], mask=offs_n[:, None] < Tk,
-                    other=0.0)  # (BN, D)
-        v = tl.load(V + offs_n[:, None] * stride_vn + offs_d[None, :], mask=offs_n[:, None] < Tk,
-                    other=0.0)  # (BN, D)
+        k = _rows(K, offs_n, stride_kn, offs_d, Tk)  # (BN, D), for the scores and for dQ
+        v = _rows(V, offs_n, stride_vn, offs_d, Tk)  # (BN, D)
+        s = _scores(q, k, offs_n, q_start + offs_m, Tk, k_start, window, slope, sm_scale,
+                    HAS_BIAS, WINDOW, PRECISION)
         keep = _keep(seed, bh, offs_m, offs_n, Tq, Tk, p_drop) if DROPOUT else s > 0
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)  # (BM, BN)
         _, ds = _ds(s, dp, s1, s2, delta, keep, p_drop, ENTMAX, DROPOUT)
         dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
-    row = bh.to(tl.int64) * Tq + offs_m
+    row = bh * Tq + offs_m
     tl.store(DQ + row[:, None] * D + offs_d[None, :], dq * sm_scale, mask=offs_m[:, None] < Tq)
 
 
@@ -342,9 +341,10 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slopes: torch.Te
     q, k, v = _last_dim_contiguous(q, k, v)
     B, H, Tq, D = q.shape
     o = torch.empty(B, H, Tq, D, device=q.device, dtype=q.dtype)
-    # entmax's o2 for the backward (softmax's delta takes o itself)
+    # entmax's o2 and s2 for the backward (softmax's delta takes o itself; s1 is its log-sum-exp)
     o2 = torch.empty(B, H, Tq, D if entmax else 0, device=q.device, dtype=torch.float32)
-    s1, s2 = (torch.empty(B, H, Tq, device=q.device, dtype=torch.float32) for _ in range(2))
+    s1 = torch.empty(B, H, Tq, device=q.device, dtype=torch.float32)
+    s2 = torch.empty(B, H, Tq if entmax else 0, device=q.device, dtype=torch.float32)
     tile = _tile()
     args = _launch_args(q, k, slopes if slopes.numel() else None, q_start, k_start, window,
                         dropout_p, entmax)
@@ -359,7 +359,7 @@ def _(q, k, v, slopes, seed, q_start, k_start, window, dropout_p, entmax):
     B, H, Tq, D = q.shape
     o2 = q.new_empty(B, H, Tq, D if entmax else 0, dtype=torch.float32)
     return (q.new_empty(B, H, Tq, D), o2, q.new_empty(B, H, Tq, dtype=torch.float32),
-            q.new_empty(B, H, Tq, dtype=torch.float32))
+            q.new_empty(B, H, Tq if entmax else 0, dtype=torch.float32))
 
 
 @torch.library.custom_op('lengthgen::fused_attention_backward', mutates_args=())
@@ -387,7 +387,9 @@ def _backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
 
 @_backward.register_fake
 def _(do, q, k, v, delta, s1, s2, slopes, seed, q_start, k_start, window, dropout_p, entmax):
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    # contiguous, as the real op returns them: not empty_like, whose copy of q's and k's
+    # transposed strides (model.py's layout) Inductor's stride checks refuse at the backward
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _setup_context(ctx, inputs, output):

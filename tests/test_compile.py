@@ -1,12 +1,17 @@
 """The compiled paths on CPU: what a GPU run compiles must trace as one graph, not recompile
 step after step, and compute what eager computes."""
 
+import functools
+import subprocess
+import sys
 import warnings
 
 import pytest
 import torch
 import torch._dynamo.utils
+import torch.utils.checkpoint
 
+from conftest import ROOT
 from ops import attention
 import model
 from ops.attention import flex
@@ -160,3 +165,107 @@ def test_the_offset_tensor_is_made_once_per_offset(monkeypatch):
     # 2 layers' score_mod, 1 block mask
     assert asked == [offset for offset in (0, 8, 16, 24) for _ in range(3)]
     assert made == [0, 8, 16, 24]
+
+
+# Every config family's training step as a GPU runs it: Inductor (train.py's torch.compile on
+# CUDA), attention's CUDA choices (attention_kernel(cuda=True)) with the Triton kernels run by the
+# interpreter, at tiny width (heads of 16 or more: the kernels' smallest tile); beside eager with
+# the same masks (fallback_random), as
+# test_training_step_compiles_to_one_graph_equal_to_eager. Each row: the configs it stands for,
+# the model's arguments and whether train.py's activation checkpointing is on.
+FAMILIES = {
+    # configs/{wd,no_wd,pn_d,pl_d,vpad}.py with attention dropout: the Triton kernel (NAPE's bias)
+    'scratch NAPE, attention dropout': (dict(n_head=2, attn_dropout=0.1), False),
+    # configs/asentmax_*.py: entmax-1.5 in the Triton kernel, NAPE's bias, the adaptive scale
+    'ASEntmax': (dict(n_head=2, attn_alpha=1.5, attn_scale='adaptive', dropout_type='pre_linear',
+                      dropout=0.1), False),
+    # configs/smollm3_attn_dropout.py: RoPE layers with a window, a global NoPE one, GQA, head_dim
+    # 128, SwiGLU, activation checkpointing: the Triton kernel on the windowed layers, SDPA's
+    # dropout on the global one
+    'SmolLM3 SW, attention dropout': (dict(n_head=4, n_kv_head=2, head_dim=128, mlp='swiglu',
+                                           pos_encoding=['rope', 'nope'], window=[8, 0],
+                                           attn_dropout=0.1), True),
+    # configs/mamba2_*.py: the PyTorch scan (mamba_ssm's kernels are CUDA's alone), PN-D
+    'Mamba2, PN-D': ('mamba2', False),
+}
+
+
+@pytest.mark.parametrize('family', FAMILIES)
+def test_each_config_family_trains_compiled_by_inductor_as_on_cuda(family, monkeypatch, tmp_path):
+    """One training step compiled by Inductor, with the CUDA kernel choice, equals eager. A fake
+    that gives the backward's outputs other strides than the real op's crashes here, in the
+    first backward (Inductor checks them; aot_eager does not). configs/{wd,...}.py without
+    attention dropout take FlexAttention on CUDA, whose backward has no CPU implementation: that
+    step cannot run here (test_flex_model_compiles_to_one_graph traces its forward)."""
+    pytest.importorskip('triton')
+    from ops.attention_triton import fused_attention
+    args, checkpointing = FAMILIES[family]
+    monkeypatch.setattr(attention, 'fused_attention', fused_attention)
+    as_on_cuda = functools.partial(attention.attention_kernel, cuda=True)
+    chosen = []  # the kernels attention() chose, traced and eager
+    monkeypatch.setattr(attention, 'attention_kernel',
+                        lambda *a, **kw: (chosen.append(as_on_cuda(*a, **kw)), chosen[-1])[1])
+    if args == 'mamba2':
+        from mamba import Mamba2, Mamba2Config
+        make = lambda: Mamba2(Mamba2Config(  # noqa: E731
+            vocab_size=61, n_layer=1, n_embd=32, d_state=8, headdim=8, chunk_size=8,
+            dropout_type='pre_norm', dropout=0.1))
+    else:
+        make = lambda: model.Transformer(model.TransformerConfig(  # noqa: E731
+            **{**SMALL, 'pos_encoding': 'nape', **args}, attn_backend='auto'))
+    torch.manual_seed(0)
+    eager, compiled_model = make().train(), make().train()
+    compiled_model.load_state_dict(eager.state_dict())
+    if checkpointing:  # as train.py wraps each block
+        for block in compiled_model.layers:
+            block.forward = functools.partial(torch.utils.checkpoint.checkpoint, block.forward,
+                                              use_reentrant=False)
+    monkeypatch.setenv('TORCHINDUCTOR_CACHE_DIR', str(tmp_path))  # no graph of an earlier run
+    torch._dynamo.reset()
+    idx, tgt = torch.randint(0, 61, (2, 2, 16), generator=torch.Generator().manual_seed(0))
+    with torch._inductor.config.patch(fallback_random=True, force_disable_caches=True):
+        torch.manual_seed(100)
+        loss = torch.compile(compiled_model, backend='inductor')(idx, tgt)[1]
+        loss.backward()
+    torch.manual_seed(100)
+    with monkeypatch.context() as m:
+        m.setattr(torch.compiler, 'is_compiling', lambda: True)  # the masks as compiled code
+        ref = eager(idx, tgt)[1]
+    ref.backward()
+    torch._dynamo.reset()
+    torch.testing.assert_close(loss, ref, atol=1e-5, rtol=1e-5)
+    for (name, a), b in zip(compiled_model.named_parameters(), eager.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, atol=1e-5, rtol=1e-4,
+                                   msg=lambda m: f'{name}: {m}')
+    if args != 'mamba2':  # the step ran the kernels a GPU runs
+        assert 'triton' in chosen, chosen
+
+
+FALLBACK = """
+import sys, warnings
+import torch
+torch.cuda.is_available = lambda: True  # as on a GPU machine
+sys.path.insert(0, sys.argv[1])  # a triton that is broken, or too old
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter('always')
+    from ops import attention
+q = torch.zeros(1, 1, 4, 16)
+print(attention.fused_attention, attention.attention_kernel('auto', q, q, 0, 0, None, 0, 0.0, 1.5,
+                                                            cuda=True))
+print(*[str(w.message) for w in caught], sep='\\n')
+"""
+
+
+@pytest.mark.parametrize('triton', ["raise RuntimeError('libcuda.so: cannot open')",
+                                    "__version__ = '2.3.1'"], ids=['broken', 'too old'])
+def test_a_broken_or_old_triton_falls_back_with_one_warning(triton, tmp_path):
+    """On CUDA, a triton whose import raises anything, or one older than the kernels need (3.0),
+    leaves ops/attention.py importable: one warning, and entmax-1.5 written out ('manual')."""
+    (tmp_path / 'triton').mkdir()
+    (tmp_path / 'triton' / '__init__.py').write_text(triton + '\n')
+    r = subprocess.run([sys.executable, '-c', FALLBACK, str(tmp_path)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = r.stdout.splitlines()
+    assert lines[0] == 'None manual' and len(lines) == 2, r.stdout
+    assert lines[1].startswith('the Triton kernels are off (') and 'written-out path' in lines[1]

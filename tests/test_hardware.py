@@ -129,14 +129,14 @@ def test_fsdp_states_count_the_unsharded_gradients_of_no_sync_micro_steps():
 @pytest.mark.parametrize('window', [0, 24])
 def test_inference_estimate_counts_what_the_kv_cache_holds(window):
     """The cache term equals the bytes of the storages a KV cache holds after a chunked prefill:
-    full layers every position, a windowed layer its last W - 1 as a view of the last concatenation
-    (W - 1 + chunk positions). The model is built on meta for the estimate, as tools/gpu_check.py
-    does."""
+    full layers a buffer of every position, a windowed layer its last W - 1 as a view of the last
+    concatenation (W - 1 + chunk positions). The model is built on meta for the estimate, as
+    tools/gpu_check.py does."""
     args = dict(vocab_size=61, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, window=[window, 0])
     torch.manual_seed(0)
     m = Transformer(TransformerConfig(**args)).eval()
     L, chunk = 96, 16
-    cache = m.new_cache()
+    cache = m.new_cache(L)  # as model.generate and timing.context_times make it
     with torch.no_grad():
         for s in range(0, L, chunk):
             m.hidden(torch.randint(0, 61, (1, chunk)), cache)

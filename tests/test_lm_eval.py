@@ -180,7 +180,7 @@ def test_greedy_until_ends_at_a_padding_id():
     script = iter([52, 50, BYTE.n_vocab, 55])
 
     class Scripted:  # emits the script, one id a step
-        def new_cache(self):
+        def new_cache(self, length=0):
             return None
 
         def hidden(self, idx, cache):

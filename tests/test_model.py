@@ -185,6 +185,32 @@ def test_cache_paths_equal_full_forward(pe, window):
     assert torch.equal(m.generate(idx[:, :20], 12, chunk_size=6), ref)
 
 
+@pytest.mark.parametrize('length', [0, 40], ids=['grown', 'sized'])
+def test_the_cache_writes_decoded_tokens_in_place(length):
+    """A full layer's keys and values go into one buffer: with new_cache(length) every decoded
+    token writes into the same storage (no copy of the cache per token, which grew O(T)); without
+    a length the buffer doubles when full. Either way the hidden states equal a full forward's,
+    and a windowed layer keeps W - 1 positions."""
+    torch.manual_seed(0)
+    m = Transformer(TransformerConfig(**SMALL, pos_encoding=['rope', 'nope'], window=[5, 0],
+                                      n_kv_head=2)).eval()
+    idx = torch.randint(0, 61, (2, 40))
+    cache, states, buffers = m.new_cache(length), [], []
+    with torch.no_grad():
+        states.append(m.hidden(idx[:, :16], cache))  # a prefill, then one token at a time
+        for t in range(16, 40):
+            states.append(m.hidden(idx[:, t:t + 1], cache))
+            buffers.append((cache.k[1].untyped_storage().data_ptr(), cache.k[1].size(2)))
+        full = m.hidden(idx)
+    torch.testing.assert_close(torch.cat(states, 1), full, atol=1e-5, rtol=1e-5)
+    sizes = [size for _, size in buffers]
+    if length:
+        assert len(set(buffers)) == 1 and sizes[0] == 40  # one storage for every token
+    else:  # the prefill's 16, then 32 at token 17 and 64 at 33: a copy at two of 24 tokens
+        assert sorted(set(sizes)) == [32, 64] and len(set(buffers)) == 2
+    assert cache.k[0].size(2) == 4 and cache.pos == 40
+
+
 def test_layernorm_biases_and_untied_head():
     torch.manual_seed(0)
     m = Transformer(TransformerConfig(**SMALL, norm='layernorm', bias=True,

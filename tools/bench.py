@@ -12,6 +12,8 @@ process, so that a machine's drift (~30% on shared CPUs) hits them alike; the re
     python -m tools.bench --model_type=mamba2 --mode=hf_mamba
     # prefill/decoding time and peak memory vs length
     python -m tools.bench configs/quickstart.py --mode=context
+    # one decoded token's KV-cache update vs the cache's length, against a concatenation
+    python -m tools.bench configs/quickstart.py --mode=cache
     # the whole suite on one GPU, paper-size models
     bash scripts/bench_gpu.sh
 
@@ -37,7 +39,8 @@ from tools.timing import (NanoGPT, build, child_result, measure_context, sync, t
 # spawned measuring processes import this file again: only the parent runs it
 if __name__ == '__main__':
     # -------------------------------------------------------------------------
-    # 'train' (the regularizers), 'nanogpt', 'methods' (docs/methods.md), 'hf_mamba', 'context'
+    # 'train' (the regularizers), 'nanogpt', 'methods' (docs/methods.md), 'hf_mamba', 'context',
+    # 'cache'
     mode = 'train'
     model_type = 'transformer'  # or 'mamba2'
     MODELS = {t: checkpoint.model_class(t) for t in checkpoint.MODEL_TYPES}
@@ -56,7 +59,7 @@ if __name__ == '__main__':
     variants = ['none', 'pre_norm', 'pre_linear', 'vpad', 'attn_dropout']
     # hf_mamba: a prompt of gen_prompt tokens, then gen_tokens; context: gen_tokens
     gen_prompt, gen_tokens = 1024, 64
-    context_lengths = [4096, 16384, 65536]  # context: prompt lengths
+    context_lengths = [4096, 16384, 65536]  # context, cache: prompt lengths
     context_window = 256  # context: the window of the sliding-window variant
     prefill_chunk = 1024  # context: chunked prefill
     steps = 10  # timed steps per variant and round
@@ -203,6 +206,31 @@ if __name__ == '__main__':
                 decode = f"{r['ms_per_token_steady']:.1f} ({r['ms_per_token_first']:.1f})"
                 print(f"{name:>16} {L:>8} {prefill:>18} {decode:>18} {r['peak_mb']:>10.0f}",
                       flush=True)
+    elif mode == 'cache':  # model.KVCache.update alone, one token into a full layer
+        from model import KVCache
+        hd, hkv = n_embd // n_head, n_kv_head or n_head
+        print(f"one decoded token's keys and values (1 x {hkv} heads x {hd}) added to a full "
+              f"layer holding L positions, {device}: model.KVCache.update (in place) against the "
+              f"torch.cat it replaced; {rounds} alternating rounds of {steps * 10} updates, median")
+        print(f"{'length':>8} {'update us':>10} {'cat us':>10}")
+        for L in context_lengths:
+            k = torch.randn(1, hkv, L, hd, device=device)
+            new = torch.randn(1, hkv, 1, hd, device=device)
+            cache = KVCache(L + steps * 10 * rounds + 1)
+            cache.update(0, k, k, 0)
+            cache.pos = L
+
+            def update(n):
+                for _ in range(n):
+                    cache.update(0, new, new, 0)
+                    cache.pos += 1
+
+            def cat(n):
+                for _ in range(n):
+                    torch.cat([k, new], dim=2), torch.cat([k, new], dim=2)
+            secs = timed({'update': update, 'cat': cat}, steps * 10, 1, rounds)
+            print(f"{L:>8} {1e6 * secs['update'] / (steps * 10):>10.1f} "
+                  f"{1e6 * secs['cat'] / (steps * 10):>10.1f}", flush=True)
     else:
-        raise SystemExit(f"mode must be 'train', 'nanogpt', 'methods', 'hf_mamba' or 'context', "
-                         f"got {mode!r}")
+        raise SystemExit(f"mode must be 'train', 'nanogpt', 'methods', 'hf_mamba', 'context' or "
+                         f"'cache', got {mode!r}")

@@ -86,7 +86,7 @@ def score(model, inp, tgt, chunk_size):
     B, T = inp.shape
     logp = torch.zeros(B, dtype=torch.float64, device=inp.device)
     greedy = torch.ones(B, dtype=torch.bool, device=inp.device)
-    cache = model.new_cache()
+    cache = model.new_cache(T)
     for s in range(0, T, chunk_size):
         x = model.hidden(inp[:, s:s + chunk_size], cache)  # (B, chunk, C)
         t = tgt[:, s:s + chunk_size]
@@ -105,7 +105,7 @@ def greedy_until(model, tok, ids, until, max_new_tokens, chunk_size, device):
     """The model's greedy continuation of ids, as text, stopped at end-of-text, at any string of
     `until` or after max_new_tokens, and cut before the first stop string; an id that is no token
     (a padding row of the vocabulary) ends it as end-of-text does, as in ruler.predict."""
-    cache = model.new_cache()
+    cache = model.new_cache(len(ids) + max_new_tokens)
     idx = torch.tensor([ids], device=device)
     for s in range(0, idx.size(1), chunk_size):  # chunked prefill, as model.generate
         x = model.hidden(idx[:, s:s + chunk_size], cache)

@@ -772,14 +772,16 @@ CLAIMS = [
       for m in METHODS]]
 HEAD = ["| claim | part, measure | paper | baseline | second | second better by, per seed "
         "| mean [95% t-interval] | verdict |", "|---|---|---|---|---|---|---|---|"]
-lines = [f"Every number: mean ± std over {len(seeds)} seeds ({', '.join(map(str, seeds))}), at the "
+lines = [f"Every number: mean ± std over {len(seeds)} seeds ({', '.join(map(str, seeds))}), "
+         f"at the "
          f"final checkpoint unless named. Every comparison is paired, seed by seed (the seeds of "
          f"two variants share their initial weights and batches): the second's gain over the "
          f"baseline per seed, its mean and the 95% t-interval of the mean; the verdict *holds* "
          f"when the interval lies above 0, *reversed* when below, else *does not hold* (within the "
          f"seeds' spread); *(every seed better)* or *(every seed worse)* when all seeds agree "
          f"(tools/verdict.py); *detectable*: the interval's half-width, the smallest mean gain "
-         f"that would have held with the seeds' spread. *not testable (floor)* (or *(ceiling)*): on an accuracy, both "
+         f"that would have held with the seeds' spread. *not testable (floor)* (or "
+         f"*(ceiling)*): on an accuracy, both "
          f"sides at 0 (or 1) in every seed, so no difference could show. *not shown*: the part "
          f"does not show the claim's premise (its baseline, or for CPT Orig. and SW without CPT, "
          f"does not fail beyond the training length on the claim's own measure: `fails` in "
@@ -948,7 +950,8 @@ for p in dosed:
     lines += ['', f"**{p}**, weight decay's dose: each row's summed decay sum_t lr_t * wd "
               "(train.py), the norm of its decayed matrices at the end over no-WD's, per seed, "
               "and its CE at the end", '',
-              "| variant | summed decay | norm / no-WD's, per seed | CE in | CE 8-16x | rise 8-16x |",
+              "| variant | summed decay | norm / no-WD's, per seed | CE in | CE 8-16x "
+              "| rise 8-16x |",
               '|---|---|---|---|---|---|']
     for v in P[p]:
         r = final(P[p][v])

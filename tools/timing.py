@@ -149,7 +149,7 @@ def context_times(model_type, args, length, gen_tokens, chunk_size, device, dtyp
     cuda = device.startswith('cuda')
     r = {}
     for run in ('first', 'steady'):
-        cache = model.new_cache()
+        cache = model.new_cache(length + 2 * gen_tokens)  # the prefill, and both decodings
         t0 = time.perf_counter()
         for s in range(0, length, chunk_size):
             x = model.hidden(idx[:, s:s + chunk_size], cache)
@@ -160,7 +160,9 @@ def context_times(model_type, args, length, gen_tokens, chunk_size, device, dtyp
                 x = model.hidden(model.lm_head(x[:, -1]).argmax(-1, keepdim=True), cache)
             sync(device)
             t1 = time.perf_counter()
-        kv = (*cache.k.values(), *cache.v.values()) if model_type == 'transformer' else ()
+        # the positions held (a full layer's buffer has room for the decoded tokens too)
+        kv = ([t[:, :, :cache.pos] for t in (*cache.k.values(), *cache.v.values())]
+              if model_type == 'transformer' else ())
         kv_bytes = sum(t.numel() * t.element_size() for t in kv)  # Mamba2's state: not counted
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter('always')
