@@ -74,11 +74,15 @@ def _unknown(key, known, where):
 
 def comments(path):
     """{key: its comment} from the lines `key = default  # comment` (or `key: type = ...`) of a
-    source file: what --help prints beside each key."""
+    source file: what --help prints beside each key. The first such line of a key: the config
+    block's, not a later reassignment's (train.py sets n_layer again per model)."""
     with open(path, encoding='utf-8') as f:
         lines = f.read().splitlines()
     pattern = re.compile(r"^\s*([A-Za-z]\w*)\s*(?::[^=]+)?=.*?\s#\s*(.*)$")
-    return {m.group(1): m.group(2) for m in map(pattern.match, lines) if m}
+    notes = {}
+    for m in filter(None, map(pattern.match, lines)):
+        notes.setdefault(m.group(1), m.group(2))
+    return notes
 
 
 def print_help(namespace, sources=()):

@@ -76,6 +76,12 @@ for path in ckpts:
             raise SystemExit(f"no document in {data_dir} ({split}) has {max_length + 1} tokens "
                              f"(the longest has {longest}): ask for a shorter --max_length, or use "
                              f"longer documents (data/common_pile_arxiv/prepare.py)")
+        if len(windows) < docs:  # never fewer than asked without saying so
+            later = len(data.long_windows(max_length, docs))  # with later windows of each
+            print(f"asked for {docs} windows of {max_length + 1} tokens; {data_dir} ({split}) has "
+                  f"{len(windows)} at {windows_per_doc} per document: evaluating {len(windows)}"
+                  + (f" (--windows_per_doc={docs} takes later windows too: {later})"
+                     if later > len(windows) else ''))
     if not same_tokenizer(info['tokenizer'], data.meta['tokenizer']):
         raise SystemExit(f"{path} uses tokenizer {info['tokenizer']}, {data_dir} is tokenized with "
                          f"{data.meta['tokenizer']}")
@@ -98,7 +104,7 @@ for path, r in results.items():
         print(f"{title:<44}" + ''.join(f"{k:>10}" for k in r['bands']))
     print(f"{names[path]:<44}" + ''.join(f"{v:>10.4f}" for v in r['bands'].values()))
 with open(out + '.json', 'w') as f:
-    json.dump({'data_dir': data_dir, 'split': split, 'documents': len(windows),
+    json.dump({'data_dir': data_dir, 'split': split, 'documents': len(windows), 'asked': docs,
                'max_length': max_length, 'smooth': smooth, 'checkpoints': results}, f)
 import matplotlib
 matplotlib.use('Agg')

@@ -176,8 +176,11 @@ def prepare_command(data_dir, max_tokens=None, source=None):
     data must be in."""
     d = os.path.normpath(data_dir)
     script = os.path.join(os.path.dirname(d), 'prepare.py')
-    if not os.path.exists(script):
-        return "the prepare.py script of that dataset (see data/)"
+    text = os.path.join('data', 'text', 'prepare.py')
+    if not os.path.exists(script) or script == text:  # your own text, from any file, anywhere
+        kind = os.path.basename(d) if os.path.basename(d) in ('byte', 'gpt2') else 'byte'
+        at = '' if d == os.path.join('data', 'text', kind) else f' --out_dir={d}'
+        return f"python {text} --input=<your text file> --tokenizer={kind}{at}"
     if source and not source.endswith('.pt') and os.path.basename(d) not in ('byte', 'gpt2'):
         command = f"python {script} --tokenizer=hf --tokenizer_path={source} --out_dir={d}"
     elif os.path.basename(d) in ('byte', 'gpt2'):  # prepare.py writes data/<name>/<tokenizer>

@@ -1,6 +1,7 @@
 """The strict configurator: files, overrides, types, unknown keys."""
 
 import importlib.util
+import re
 from typing import Literal
 
 import pytest
@@ -98,8 +99,15 @@ def test_help_lists_every_key_with_its_default_and_comment(capsys, monkeypatch):
     MODELS = [checkpoint.model_class(t)[1] for t in checkpoint.MODEL_TYPES]
     fields = {f.name for cfg in MODELS for f in dataclasses.fields(cfg)}
     assert fields <= set(train) and {'wandb_log', 'tokens_per_batch', 'init_from'} <= set(train)
-    assert train['dropout_type'] == (
-        "'none'  # 'none', 'pre_norm' (PN-D, Eq. 6), 'pre_linear' (PL-D) or 'vpad' (VPAD)")
+    # each key of train.py's config block with the comment of its line there, not of a later
+    # assignment (n_layer is set again per model type below the block)
+    source = open(os.path.join(ROOT, 'train.py')).read().split('# ' + '-' * 77)[1]
+    block = [line.split('#', 1) for line in source.splitlines()
+             if '=' in line.split('#')[0] and '#' in line and not line.startswith((' ', '#'))]
+    for code, comment in block:
+        key = re.match(r'\w+', code).group(0)
+        assert train[key].split('  # ', 1)[1] == comment.strip(), key
+    assert len(block) > 70
     # the paper's keys, written out in train.py: the models' own defaults
     for key in ('dropout', 'dropout_type', 'vpad_variant', 'attn_dropout', 'pos_encoding', 'window',
                 'attn_alpha', 'attn_scale'):

@@ -167,7 +167,12 @@ def test_eval_loss_equals_a_full_sequence_computation(tiny_data, tmp_path):
         direct = torch.stack([F.cross_entropy(model(w[None, :-1], w[None, 1:])[0][0], w[1:],
                                               reduction='none')
                               for w in windows])
-    assert result['documents'] == len(windows) == 4
+    assert result['documents'] == len(windows) == 4 and result['asked'] == 16
+    # fewer windows than --docs asks (16): said, with what later windows would give
+    later = len(TokenData(tiny_data, 'val').long_windows(128, 16))
+    assert later > 4 and (f"asked for 16 windows of 129 tokens; {tiny_data} (val) has 4 at 1 per "
+                          f"document: evaluating 4 (--windows_per_doc=16 takes later windows "
+                          f"too: {later})") in r.stdout
     torch.testing.assert_close(torch.tensor(got['curve']), direct.mean(0), atol=1e-5, rtol=1e-5)
     assert (list(got['bands']) == ['<=1x', '1-2x', '2-4x']
             and got['bands']['<=1x'] == pytest.approx(direct.mean(0)[:32].mean().item(), abs=1e-5))

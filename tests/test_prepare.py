@@ -232,3 +232,33 @@ def test_missing_data_names_the_command_the_config_needs(config, data, command):
     command = f'python data/dclm_edu/prepare.py {command}'
     r = run_train(f'configs/{config}.py', '--device=cpu')
     assert r.returncode == 1 and f'run `{command}` first' in r.stderr
+
+
+def test_your_own_text_trains_the_quick_start(tmp_path):
+    """data/text/prepare.py on any text: documents cut where --doc_sep says, the last ones held
+    out, shards TokenData reads back to the same text; then the quick-start config trains on it
+    (two steps here), and a missing folder's error names this command."""
+    from conftest import run_train
+    from tokens import TokenData
+    text = '\n\n\n'.join(f"document {i}: " + 'the quick brown fox jumps. ' * (20 + i)
+                         for i in range(10))
+    (tmp_path / 'mine.txt').write_text(text)
+    out = tmp_path / 'byte'
+    r = subprocess.run([sys.executable, 'data/text/prepare.py', f'--input={tmp_path}/mine.txt',
+                        r'--doc_sep=\n\n\n', f'--out_dir={out}'], cwd=ROOT, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    meta = json.loads((out / 'meta.json').read_text())
+    assert meta['train']['documents'] == 9 and meta['val']['documents'] == 1
+    val, tok = TokenData(str(out), 'val'), Tokenizer(meta['tokenizer'])
+    assert tok.decode([int(t) for t in val.shards[0][:-1]]) == text.split('\n\n\n')[-1].strip()
+    r = run_train('configs/quickstart.py', f'--data_dir={out}', f'--out_dir={tmp_path}/run',
+                  '--max_tokens=8192', '--eval_lengths=[256]', '--eval_iters=1',
+                  '--eval_windows=1', '--block_size=64', '--eval_interval=100')
+    assert r.returncode == 0, r.stderr[-2000:]
+    r = run_train('configs/quickstart.py', f'--data_dir={tmp_path}/none/byte')
+    assert (f'run `python data/text/prepare.py --input=<your text file> --tokenizer=byte '
+            f'--out_dir={tmp_path}/none/byte` first') in r.stderr
+    r = subprocess.run([sys.executable, 'data/text/prepare.py', f'--input={tmp_path}/no.txt'],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and 'no such file' in r.stderr
