@@ -801,7 +801,7 @@ detail = []
 def dose(p, v):
     """' (WD 3.28: summed decay 4.11)' for a row with weight decay whose runs kept their summed
     decay sum_t lr_t * wd (train.py: runs since issue 73), else ''."""
-    d = P[p][v].get('summed_decay', {}).get('mean', 0)
+    d = P[p][v].get('summed_decay', {}).get('mean', 0) if v in ('wd', *DOSED) else 0
     return f" ({NAMES[v]}: summed decay {d:.3g})" if d else ''
 
 
@@ -945,15 +945,18 @@ def norm_ratio(p, v):
 
 
 ce_far = lambda p, v: final(P[p][v])['bands']['8-16x']  # noqa: E731
-dosed = [p for p in parts if 'summed_decay' in P[p].get('no_wd', {})]
+dosed = [p for p in parts if PARTS[p][0] == 'lm' and 'summed_decay' in P[p].get('no_wd', {})]
 for p in dosed:
+    wd_rows = [v for v in P[p] if v in ('no_wd', 'wd', *DOSED)]  # weight decay alone
+    if len(wd_rows) < 2:  # no-WD alone: no dose to state
+        continue
     lines += ['', f"**{p}**, weight decay's dose: each row's summed decay sum_t lr_t * wd "
               "(train.py), the norm of its decayed matrices at the end over no-WD's, per seed, "
               "and its CE at the end", '',
               "| variant | summed decay | norm / no-WD's, per seed | CE in | CE 8-16x "
               "| rise 8-16x |",
               '|---|---|---|---|---|---|']
-    for v in P[p]:
+    for v in wd_rows:
         r = final(P[p][v])
         lines.append(f"| {NAMES[v]} | {P[p][v]['summed_decay']['mean']:.3g} | "
                      + ' '.join(f'{x:.3f}' for x in norm_ratio(p, v))
@@ -974,8 +977,7 @@ for p in dosed:
     lines += ['', f"**At the paper's dose ({p})**, by the reading rules fixed before the runs "
               f"(docs/study.md), no-WD better than {NAMES[top]} on CE 8-16x: **{outcome}**"
               + ('.' if premise else " (no-WD's rise is not above 0 by the rule).")]
-    wd_rows = [v for v in P[p] if v in ('no_wd', 'wd', *DOSED)]  # weight decay alone
-    if len(wd_rows) < 3:
+    if len(wd_rows) < 3:  # a slope needs three doses
         continue
     x = [P[p][v]['summed_decay']['mean'] for v in wd_rows]
     for what, get in (('CE 8-16x', lambda r: r['bands']['8-16x']),
