@@ -249,39 +249,53 @@ def test_generate_stops_at_eos():
 
 
 def dropout_sites(model, idx):
-    """Run a training-mode forward and return, for every dropout site, whether each of its calls
-    changed its input (a block calls its pre-norm site twice: after attention and after the MLP)."""
-    changed, hooks = {}, []
-    for name, mod in model.named_modules():
-        if name.endswith(('pre_linear', 'pre_norm')):
-            hooks.append(mod.register_forward_hook(
-                lambda mod, inp, out, name=name:
-                    changed.setdefault(name, []).append(not torch.equal(inp[0], out))))
+    """A training-mode forward -> [(operator, the projection its output went into or None,
+    whether it changed its input)], a row per call of a dropout operator. The sites are found by
+    what they are, modules of dropout.py's operator classes, not by their names, so that a new
+    type's sites are seen too; each projection (every nn.Linear of the blocks) is matched to the
+    call whose output it took."""
+    calls, made = [], {}  # made: id of an operator's output -> its row (the outputs kept alive)
+
+    def operator(name):
+        def hook(m, inp, out):  # (a hook that returns nothing leaves the output as it is)
+            calls.append([name, None, not torch.equal(inp[0], out)])
+            made[id(out)] = (calls[-1], out)
+        return hook
+
+    def projection(name):
+        def hook(m, inp):
+            if id(inp[0]) in made:
+                made[id(inp[0])][0][1] = name
+        return hook
+    hooks = [m.register_forward_hook(operator(n)) for n, m in model.named_modules()
+             if type(m).__module__ == 'dropout']
+    hooks += [m.register_forward_pre_hook(projection(n)) for n, m in model.named_modules()
+              if isinstance(m, torch.nn.Linear) and n != 'lm_head']
     model.train()(idx, idx)
     for h in hooks:
         h.remove()
-    return changed
+    return [tuple(c) for c in calls]
 
 
 @pytest.mark.parametrize('dropout_type', ['none', 'pre_norm', 'pre_linear', 'vpad'])
 def test_each_placement_acts_only_at_its_sites(dropout_type):
+    """PL-D and VPAD: one call on the input of every projection (q, k, v, o; gate, up, down), each
+    changing it; PN-D: two calls a block, on the sublayers' outputs, which go to the residual
+    stream and no projection; none: no operator at all."""
     torch.manual_seed(0)
     m = Transformer(TransformerConfig(**SMALL, mlp='swiglu', dropout=0.3,
                                       dropout_type=dropout_type))
-    sites = dropout_sites(m, torch.randint(0, 61, (2, 16)))
-    linear_sites = [n for n in sites if n.endswith('pre_linear')]
-    norm_sites = [n for n in sites if n.endswith('pre_norm')]
-    # every sublayer has its pre-linear site, called once per projection: q, k, v, o; gate, up, down
-    assert sorted(linear_sites) == sorted(f'layers.{i}.{s}.pre_linear'
-                                          for i in range(2) for s in ('attn', 'mlp'))
-    assert all(len(sites[n]) == (4 if '.attn.' in n else 3) for n in linear_sites)
-    assert len(norm_sites) == 2 and all(len(sites[n]) == 2 for n in norm_sites)
-    linear_calls = [c for n in linear_sites for c in sites[n]]
-    norm_calls = [c for n in norm_sites for c in sites[n]]
-    assert all(linear_calls) == (dropout_type in ('pre_linear', 'vpad'))
-    assert (not any(linear_calls)) == (dropout_type not in ('pre_linear', 'vpad'))
-    assert all(norm_calls) == (dropout_type == 'pre_norm')
-    assert (not any(norm_calls)) == (dropout_type != 'pre_norm')
+    calls = dropout_sites(m, torch.randint(0, 61, (2, 16)))
+    projections = sorted(f'layers.{i}.{s}' for i in range(2)
+                         for s in ('attn.q_proj', 'attn.k_proj', 'attn.v_proj', 'attn.o_proj',
+                                   'mlp.gate_proj', 'mlp.up_proj', 'mlp.down_proj'))
+    assert all(changed for _, _, changed in calls)
+    if dropout_type in ('pre_linear', 'vpad'):
+        assert sorted(into for _, into, _ in calls) == projections
+    elif dropout_type == 'pre_norm':  # after each sublayer, before the residual add
+        assert len(calls) == 4 and all(into is None for _, into, _ in calls)
+    else:
+        assert calls == []
 
 
 def test_pre_linear_masks_are_independent_per_projection():
