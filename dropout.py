@@ -144,6 +144,10 @@ def pre_linear(dropout_type, p, vpad_variant='A'):
     return nn.Identity()
 
 
+# the types with an operator at the pre-linear sites (the variance mismatch's, Figure 3)
+PRE_LINEAR = tuple(t for t in DROPOUT_TYPES if not isinstance(pre_linear(t, 0.1), nn.Identity))
+
+
 def pre_norm(dropout_type, p):
     """The operator at the pre-norm site (a sublayer's output, before the residual add): PN-D or
     identity."""

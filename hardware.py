@@ -35,7 +35,7 @@ def memory_estimate(model, batch_size, block_size, bf16, checkpointing=False, fs
     c, tokens, n = model.config, batch_size * block_size, model.num_params(False)
     e = 2 if bf16 else 4  # bytes of the compute dtype
     states = (16 + 4 * averages) * n / fsdp_world + (4 * n if no_sync else 0)
-    block = tokens * block_bytes(c, e)
+    block = tokens * block_bytes(model, e)
     # after the last block: the residual stream (float32) and its norm, the head's input; in bf16
     # autocast's copies of the weights (under FSDP they are gathered in bf16 and freed instead)
     head = tokens * (4 + e) * c.n_embd + (2 * n if bf16 and fsdp_world == 1 else 0)
@@ -61,31 +61,53 @@ def memory_estimate(model, batch_size, block_size, bf16, checkpointing=False, fs
             'logits': (8 + e) * tokens * c.vocab_size}
 
 
-def block_bytes(c, e):
+def block_bytes(model, e):
     """Bytes a block saves for its backward, per token: tensor by tensor as Inductor's partitioner
     keeps them in a compiled step (tests/test_hardware.py counts them on CPU), with the fused
-    attention kernels (flash, flex); e bytes an element of the compute dtype, a byte a mask
-    element. Mamba2: the 34 bytes per token and unit of width of Korthikanti et al. (2022), in
-    bf16, and its masks (not measured)."""
-    C, dropout = c.n_embd, c.dropout > 0 and c.dropout_type != 'none'
+    attention kernels (flash, flex); e bytes an element of the compute dtype. Mamba2: the 34 bytes
+    per token and unit of width of Korthikanti et al. (2022), in bf16 (not measured). The
+    dropout's share: dropout_bytes."""
+    c = model.config
+    C = c.n_embd
     if not hasattr(c, 'n_head'):
-        masks = {'pre_norm': C, 'pre_linear': C + c.d_inner, 'vpad': C + c.d_inner}
-        return 34 * C * e // 2 + (masks.get(c.dropout_type, 0) if dropout else 0)
+        return 34 * C * e // 2 + dropout_bytes(model, e)
     hd = c.head_dim or C // c.n_head
     Cq, Ckv, F = c.n_head * hd, (c.n_kv_head or c.n_head) * hd, c.ffn_dim or 4 * C
     swiglu = c.mlp == 'swiglu'
-    saved = (4 * C  # the block's input (the float32 residual stream) ...
-             + e * (C + Cq + 2 * Ckv)  # ... its norm; q, k and v after RoPE
-             + e * 2 * Cq + 4 * c.n_head  # attention's output, its copy into o_proj; log-sum-exp
-             + e * 2 * C  # o_proj's output (the residual after attention is recomputed); its norm
-             + e * (3 if swiglu else 2) * F)  # gate, up and silu(gate) * up, or up and its GELU
-    if dropout and c.dropout_type == 'pre_norm':
-        saved += 2 * C  # PN-D's two masks (Eq. 6)
-    if dropout and c.dropout_type in ('pre_linear', 'vpad'):
-        # a mask per projection's input: q, k, v, o, (gate,) up, down; the inputs of q, k, v (and
-        # of gate and up) are dropped apart, so saved apart. VPAD's means are recomputed.
-        saved += (3 + (2 if swiglu else 1)) * C + Cq + F + e * (2 + swiglu) * C
-    return saved
+    return (4 * C  # the block's input (the float32 residual stream) ...
+            + e * (C + Cq + 2 * Ckv)  # ... its norm; q, k and v after RoPE
+            + e * 2 * Cq + 4 * c.n_head  # attention's output, its copy into o_proj; log-sum-exp
+            + e * 2 * C  # o_proj's output (the residual after attention is recomputed); its norm
+            + e * (3 if swiglu else 2) * F  # gate, up and silu(gate) * up, or up and its GELU
+            + dropout_bytes(model, e))
+
+
+def dropout_bytes(model, e):
+    """Bytes per token and layer that the dropout operators save for the backward, counted from
+    the calls of a training forward of two tokens (on the meta device if the model is there; the
+    random state and the model's mode put back), so that a new type of dropout.py is counted at
+    the sites its model calls it from, without an edit here: each call's mask, a byte an element
+    of its input, and, where another call dropped the same input before (PL-D's q, k and v of
+    one normed x; gate and up), the dropped copy each further call's projection saves, e bytes an
+    element. VPAD's means are recomputed in the backward."""
+    calls, seen = [], {}
+
+    def count(module, inp, out):
+        x = inp[0]
+        calls.append(x[0, 0].numel() * (1 + (e if id(x) in seen else 0)))
+        seen[id(x)] = x  # (kept alive: an id is not reused while the forward runs)
+    hooks = [m.register_forward_hook(count) for m in model.modules()
+             if type(m).__module__ == 'dropout']
+    training, device = model.training, next(model.parameters()).device
+    try:
+        with (torch.random.fork_rng(devices=[device] if device.type == 'cuda' else []),
+              torch.no_grad()):
+            model.train()(torch.zeros(1, 2, dtype=torch.long, device=device))
+    finally:
+        model.train(training)
+        for h in hooks:
+            h.remove()
+    return sum(calls) // model.config.n_layer
 
 
 def describe_memory(model, batch_size, block_size, bf16, checkpointing=False, fsdp_world=1,

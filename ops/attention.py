@@ -16,6 +16,7 @@ window, and attention_kernel() alone chooses how to compute it:
 import functools
 import math
 import warnings
+from contextlib import nullcontext
 
 import torch
 import torch.nn.functional as F
@@ -161,10 +162,16 @@ def masked_sdpa(q, k, v, q_start, k_start, slopes, window, dropout_p):
     # (1, H, Tq, Tk) with the bias, else (Tq, Tk)
     mask = allowed if bias is None else bias.masked_fill(~allowed, float('-inf'))[None]
     # autocast would cast the inputs back to bf16
-    with torch.autocast(q.device.type, enabled=False):
+    with no_autocast(q.device):
         y = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask,
                                            dropout_p=dropout_p)
     return y.to(q.dtype)
+
+
+def no_autocast(device):
+    """autocast off on device (the meta device has none to switch off: hardware.dropout_bytes
+    runs a model there)."""
+    return nullcontext() if device.type == 'meta' else torch.autocast(device.type, enabled=False)
 
 
 def written_out(q, k, v, q_start, k_start, slopes, window, dropout_p, alpha, record=None):
@@ -172,7 +179,7 @@ def written_out(q, k, v, q_start, k_start, slopes, window, dropout_p, alpha, rec
     times v."""
     allowed, bias = mask_and_bias(q_start, q.size(2), k_start, k.size(2), slopes, window, q.device)
     # scores in fp32: bf16 ones cost entmax 5x its error
-    with torch.autocast(q.device.type, enabled=False):
+    with no_autocast(q.device):
         scores = q.float() @ k.float().transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, Tq, Tk)
     if bias is not None:
         scores = scores + bias

@@ -32,6 +32,7 @@ import torch
 
 import checkpoint
 from configurator import configure
+from dropout import DROPOUT_TYPES
 from hardware import peak_flops
 from tools.timing import (NanoGPT, build, child_result, measure_context, sync, table, timed,
                           train_steps)
@@ -56,7 +57,7 @@ if __name__ == '__main__':
     # train: p of every variant that has dropout (a config's own dropout is ignored)
     bench_dropout = 0.1
     # train: dropout_type, or 'attn_dropout'
-    variants = ['none', 'pre_norm', 'pre_linear', 'vpad', 'attn_dropout']
+    variants = [*DROPOUT_TYPES, 'attn_dropout']  # every type of dropout.py
     # hf_mamba: a prompt of gen_prompt tokens, then gen_tokens; context: gen_tokens
     gen_prompt, gen_tokens = 1024, 64
     context_lengths = [4096, 16384, 65536]  # context, cache: prompt lengths

@@ -128,9 +128,10 @@ def cpu_flex(kind, args):
 
 
 SCRATCH, MAMBA, ASENTMAX = config('scratch.py'), config('mamba2_85m.py'), config('asentmax_wd.py')
-VARIANTS = {'none': {}, 'PN-D': dict(dropout_type='pre_norm', dropout=0.1),
-            'PL-D': dict(dropout_type='pre_linear', dropout=0.1),
-            'VPAD': dict(dropout_type='vpad', dropout=0.1),
+# every type of dropout.py (the paper's by their names), and attention dropout
+NAMES = {'none': 'none', 'pre_norm': 'PN-D', 'pre_linear': 'PL-D', 'vpad': 'VPAD'}
+VARIANTS = {**{NAMES.get(t, t): dict(dropout_type=t, dropout=0.1) if t != 'none' else {}
+               for t in dropout_py.DROPOUT_TYPES},
             'attention dropout': dict(attn_dropout=0.1)}
 results = []
 

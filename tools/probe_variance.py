@@ -22,7 +22,7 @@ from statistics import mean
 import torch
 
 from configurator import configure
-from dropout import pre_linear
+from dropout import PRE_LINEAR, pre_linear
 from ruler import eval_outputs, load_for_eval
 from tools.variance import pre_norm_drift, variance_mismatch
 from tokens import TokenData, batch_rng
@@ -53,9 +53,9 @@ if dropout >= 1 or length < 0 or batch_size < 1:
 model, _, info = load_for_eval(ckpt, device, 'the probe')
 c = model.config
 dropout_type = dropout_type or c.dropout_type
-if dropout_type not in ('pre_linear', 'vpad'):
+if dropout_type not in PRE_LINEAR:
     raise SystemExit(f"the model was trained with dropout_type={c.dropout_type!r}: give "
-                     f"--dropout_type=pre_linear or vpad")
+                     f"--dropout_type={' or '.join(PRE_LINEAR)}")
 p = dropout if dropout >= 0 else (c.dropout or 0.1)
 try:
     op = pre_linear(dropout_type, p, vpad_variant or c.vpad_variant)

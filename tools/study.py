@@ -96,6 +96,7 @@ import average_ckpts
 import checkpoint
 import tasks
 from configurator import configure
+from dropout import PRE_LINEAR
 from measures import attention_entropy, band_means, decayed_norm, loss_curve, moving_average
 import ruler
 from tokens import TokenData, Tokenizer, batch_rng
@@ -446,7 +447,7 @@ def evaluate(part, variant, seed):
     for name, group in groups.items():
         net.load_state_dict(average_ckpts.average([checkpoint.step_path(src, s) for s in group]))
         result[name] = measure(entropy=False, **({'niah': not tiny} if part in NIAH_PARTS else {}))
-    if kind == 'lm' and cfg['dropout_type'] in ('pre_linear', 'vpad'):
+    if kind == 'lm' and cfg['dropout_type'] in PRE_LINEAR:
         net.load_state_dict(ckpt['model'])
         torch.manual_seed(0)
         rows = variance_mismatch(net, val.batch(8, T, batch_rng(0, 1))[0])
