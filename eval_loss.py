@@ -21,7 +21,7 @@ from typing import Literal
 import torch
 
 from configurator import configure
-from measures import length_bands, loss_curve, moving_average
+from measures import band_edges, length_bands, loss_curve, moving_average
 from ruler import autocast, check_length, eval_outputs, load_for_eval
 from tokens import TokenData, same_tokenizer
 
@@ -102,6 +102,9 @@ for path, r in results.items():
         header = (r['train_length'], list(r['bands']))
         title = f"checkpoint (trained on {r['train_length']})"
         print(f"{title:<44}" + ''.join(f"{k:>10}" for k in r['bands']))
+        # the same bands in positions, as train.py's closing table names them
+        edges = band_edges(r['train_length'], max_length)
+        print(f"{'positions':<44}" + ''.join(f"{f'{a}-{b}':>10}" for a, b in zip(edges, edges[1:])))
     print(f"{names[path]:<44}" + ''.join(f"{v:>10.4f}" for v in r['bands'].values()))
 with open(out + '.json', 'w') as f:
     json.dump({'data_dir': data_dir, 'split': split, 'documents': len(windows), 'asked': docs,

@@ -140,12 +140,19 @@ def band_means(curve, edges):
     return {f'{lo}-{hi}': curve[lo:hi].mean().item() for lo, hi in zip(edges, edges[1:])}
 
 
+def band_edges(train_length, n):
+    """The positions where length_bands' bands start and end for a curve of n positions: 0, L,
+    2L, 4L, ... up to n."""
+    edges = [0, train_length]
+    while edges[-1] < n:
+        edges.append(min(2 * edges[-1], n))
+    return edges
+
+
 def length_bands(curve, train_length):
     """Mean loss inside the training length L, then over 1-2x, 2-4x, ... of it:
     {'<=1x': ..., '1-2x': ...}."""
-    edges = [0, train_length]
-    while edges[-1] < len(curve):
-        edges.append(min(2 * edges[-1], len(curve)))
+    edges = band_edges(train_length, len(curve))
     means = band_means(curve, edges)
     return {('<=1x' if lo == 0 else f"{lo / train_length:g}-{hi / train_length:g}x"): m
             for (lo, hi), m in zip(zip(edges, edges[1:]), means.values())}

@@ -179,6 +179,8 @@ def test_eval_loss_equals_a_full_sequence_computation(tiny_data, tmp_path):
     # trailing window of 8
     assert got['smoothed'][10] == pytest.approx(direct.mean(0)[3:11].mean().item(), abs=1e-5)
     assert os.path.exists(tmp_path / 'ckpt_000007_loss.png') and '<=1x' in r.stdout
+    # the bands also in positions, as train.py's table: 0-32, 32-64, 64-128
+    assert r.stdout.split('\npositions')[1].split('\n')[0].split() == ['0-32', '32-64', '64-128']
     # rows with labels: a label per checkpoint, in the table and the JSON; else refused at once
     other = save_tiny(tmp_path / 'other.pt', tiny_data, dropout=0.1)
     r = run('eval_loss.py', f"--ckpt=['{ckpt}', '{other}']", "--labels=['a', 'b']",
