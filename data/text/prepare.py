@@ -3,7 +3,8 @@ Any text as token shards, nanoGPT's shakespeare_char/prepare.py for your own inp
 more text files, cut into documents where you say, the last documents held out for validation.
 
     python data/text/prepare.py --input=input.txt                   # byte level
-    python data/text/prepare.py --input="['a.txt', 'b.txt']" --tokenizer=gpt2 --doc_sep='\n\n\n'
+    python data/text/prepare.py --input="['a.txt', 'b.txt']" --tokenizer=gpt2 --doc_sep='\\n\\n\\n'
+    python data/text/prepare.py --input=some/folder --suffix=.py    # each file a document
     python train.py configs/quickstart.py --data_dir=data/text/byte --out_dir=out/mine
 
 writes data/text/<tokenizer>/{train.bin, val.bin, meta.json} (or --out_dir). Each file is a
@@ -18,6 +19,7 @@ holds the tokenizer spec, vocab_size and eot (tokens.py's TokenData reads both).
 
 import argparse
 import ast
+import glob
 import json
 import os
 import sys
@@ -31,7 +33,7 @@ def documents(paths, sep):
     """The documents of the files, in order: each file, cut at sep if given; empty ones dropped."""
     docs = []
     for path in paths:
-        with open(path, encoding='utf-8') as f:
+        with open(path, encoding='utf-8', errors='replace') as f:  # (bad bytes: U+FFFD)
             text = f.read()
         docs += [d.strip() for d in (text.split(sep) if sep else [text]) if d.strip()]
     return docs
@@ -40,7 +42,12 @@ def documents(paths, sep):
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument('--input', required=True, help="a text file, or a list: \"['a', 'b']\"")
+    parser.add_argument('--input', required=True,
+                        help="a text file, a list of them (\"['a', 'b']\"), or a folder: its files "
+                        "ending in --suffix, sorted, at any depth")
+    parser.add_argument('--suffix', default='.txt', help="a folder's files to take")
+    parser.add_argument('--exclude', default='[]', help="a folder's files whose path has one "
+                        "of these folders are left out: \"['site-packages']\"")
     parser.add_argument('--tokenizer', default='byte', choices=['byte', 'gpt2'])
     parser.add_argument('--doc_sep', default='', help="cut documents at this string "
                         "(escapes such as \\n work); default: one document per file")
@@ -48,6 +55,13 @@ def main():
     parser.add_argument('--out_dir', default=None, help='default: data/text/<tokenizer>')
     args = parser.parse_args()
     paths = ast.literal_eval(args.input) if args.input.startswith('[') else [args.input]
+    if len(paths) == 1 and os.path.isdir(paths[0]):
+        exclude = set(ast.literal_eval(args.exclude))
+        paths = sorted(p for p in glob.glob(os.path.join(paths[0], '**', f'*{args.suffix}'),
+                                             recursive=True)
+                       if not exclude & set(os.path.normpath(p).split(os.sep)))
+        if not paths:
+            sys.exit(f"no file ending in {args.suffix} in {args.input}: give --suffix")
     missing = [p for p in paths if not os.path.isfile(p)]
     if missing:
         sys.exit(f"no such file: {', '.join(missing)}: give --input=<a text file> (or a list)")
