@@ -1,10 +1,10 @@
 """
 The measures of a trained model, shared by the scripts that report them (train.py's evaluation,
 eval_loss.py, tools/study.py): the loss at the training length, per-position cross-entropy and
-its length bands, the accuracy of a symbol task by length, and the entropy of attention by query
+its length bands, the accuracy of a symbol task by length, the entropy of attention by query
 position, and the size of the matrices weight decay acts on: functions of a model and its data,
-no files, no plots. (An eval script's start-up and
-its table: ruler.py's harness. The variance mismatch of the paper's Figure 3: tools/variance.py.)
+no files, no plots. (An eval script's start-up and its table: ruler.py's harness. The variance
+mismatch of the paper's Figure 3: tools/variance.py.)
 """
 
 from contextlib import nullcontext
