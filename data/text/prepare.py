@@ -20,13 +20,12 @@ holds the tokenizer spec, vocab_size and eot (tokens.py's TokenData reads both).
 import argparse
 import ast
 import glob
-import json
 import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..'))
 import checkpoint  # noqa: E402
-from tokens import Tokenizer, write_shard  # noqa: E402
+from tokens import Tokenizer, write_documents  # noqa: E402
 
 
 def documents(paths, sep):
@@ -81,20 +80,8 @@ def main():
     os.makedirs(out_dir, exist_ok=True)
     tok = Tokenizer({'kind': args.tokenizer})
     ids = tok.encode_batch(docs)
-    stats = {}
-    for split, part in (('train', ids[:len(ids) - n_val]), ('val', ids[len(ids) - n_val:])):
-        stream = [t for d in part for t in d + [tok.eot]]  # every document ends with eot
-        write_shard(os.path.join(out_dir, f'{split}.bin'), stream, tok.n_vocab)
-        stats[split] = {'documents': len(part), 'tokens': len(stream),
-                        'longest_document': max(map(len, part))}
-        print(f"{split}: {len(part)} documents, {len(stream):,} tokens, "
-              f"longest {max(map(len, part)):,}")
-    meta = {'tokenizer': tok.spec, 'vocab_size': tok.n_vocab, 'eot': tok.eot,
-            'source': [os.path.abspath(p) for p in paths], **stats}
-    with open(os.path.join(out_dir, 'meta.json'), 'w') as f:
-        json.dump(meta, f, indent=2)
-    print(f"wrote {out_dir}")
-
+    write_documents(out_dir, tok, {'train': ids[:len(ids) - n_val], 'val': ids[len(ids) - n_val:]},
+                    source=[os.path.abspath(p) for p in paths])
 
 if __name__ == '__main__':
     main()
